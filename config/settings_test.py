@@ -1,0 +1,12 @@
+"""Test settings: the same settings, with test defaults for the environment.
+
+Only environment defaults differ, so the suite exercises the production wiring. Tests
+use Redis database 15 so a running `make run` on database 0 is left alone.
+"""
+
+import os
+
+os.environ.setdefault("DEBUG", "true")
+os.environ.setdefault("LIBRARY_REDIS_DB", "15")
+
+from config.settings import *  # noqa: E402,F403

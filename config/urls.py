@@ -1,0 +1,18 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/rq/", include("django_rq.urls")),
+    path("admin/", admin.site.urls),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("course/", include("course.urls")),
+    path("jobs/", include("jobs.urls")),
+    path("", include("library.urls")),
+]
+
+# handler400 = "library.views.bad_request"
+# handler403 = "library.views.permission_denied"
+# handler404 = "library.views.page_not_found"
+# handler500 = "library.views.server_error"

@@ -1,0 +1,110 @@
+"""The library's domain: branches, their books, members and loans.
+
+Writes go through ``library.services``; nothing here carries behaviour beyond
+representation, so the invariants live in one place.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+
+
+class Branch(models.Model):
+    name = models.CharField(max_length=100)
+    city = models.CharField(max_length=100)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "branches"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.city})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("branch-detail", args=[self.pk])
+
+
+class Book(models.Model):
+    title = models.CharField(max_length=200)
+    author = models.CharField(max_length=200)
+    publication_year = models.PositiveSmallIntegerField(null=True, blank=True)
+    branch = models.ForeignKey(Branch, on_delete=models.PROTECT, related_name="books")
+    # Copies standing on the shelf now: a loan takes one, a return puts one back.
+    on_shelf = models.PositiveIntegerField(default=0)
+    # Bumped in the same transaction as every change, so caches can put it in their key.
+    version = models.PositiveIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["branch", "title"], name="book_branch_title"),
+            models.Index(fields=["author"], name="book_author"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(on_shelf__gte=0), name="book_on_shelf_not_negative"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.title} — {self.author}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("book-detail", args=[self.pk])
+
+
+class Member(models.Model):
+    first_name = models.CharField(max_length=100)
+    last_name = models.CharField(max_length=100)
+    email = models.EmailField(blank=True)
+    registered_at = models.DateField()
+    # A member may sign in to read their own loan history; staff see every member.
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="member",
+    )
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.first_name} {self.last_name}"
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.first_name} {self.last_name}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("member-detail", args=[self.pk])
+
+
+class Loan(models.Model):
+    book = models.ForeignKey(Book, on_delete=models.PROTECT, related_name="loans")
+    member = models.ForeignKey(Member, on_delete=models.PROTECT, related_name="loans")
+    pickup_date = models.DateField()
+    return_date = models.DateField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-pickup_date", "-id"]
+        indexes = [
+            models.Index(fields=["member", "pickup_date"], name="loan_member_pickup"),
+            # Open loans of a book: used when counting what is out and on returns.
+            models.Index(
+                fields=["book"],
+                condition=models.Q(return_date__isnull=True),
+                name="loan_open_by_book",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Loan #{self.pk}: {self.book_id} to member {self.member_id}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.return_date is None

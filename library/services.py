@@ -1,0 +1,81 @@
+"""Writes to the library. Each service owns its transaction and holds the invariants.
+
+- A loan needs a copy on the shelf; two concurrent issues of the last copy cannot both
+  succeed, because the shelf count is decremented by a conditional UPDATE whose row
+  count tells who won (compare-and-set works the same on SQLite and PostgreSQL).
+- A closed loan cannot be returned again, by the same compare-and-set on return_date.
+- Every change bumps the book's version in the same transaction.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from library.errors import LibraryError, not_found
+from library.models import Book, Loan, Member
+
+
+def _today() -> datetime.date:
+    return timezone.localdate()
+
+
+def loan_issue(
+    *, book_id: int, member_id: int, pickup_date: datetime.date | None = None
+) -> Loan:
+    """Lend one copy of a book to a member and return the new loan."""
+    with transaction.atomic():
+        if not Member.objects.filter(pk=member_id).exists():
+            raise not_found("Member", member_id)
+        taken = Book.objects.filter(pk=book_id, on_shelf__gt=0).update(
+            on_shelf=F("on_shelf") - 1, version=F("version") + 1, updated_at=timezone.now()
+        )
+        if taken != 1:
+            if not Book.objects.filter(pk=book_id).exists():
+                raise not_found("Book", book_id)
+            raise LibraryError(f"No copy of book #{book_id} is on the shelf.")
+        return Loan.objects.create(
+            book_id=book_id, member_id=member_id, pickup_date=pickup_date or _today()
+        )
+
+
+def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Loan:
+    """Close an open loan and put its copy back on the shelf."""
+    with transaction.atomic():
+        day = return_date or _today()
+        closed = Loan.objects.filter(pk=loan_id, return_date__isnull=True).update(
+            return_date=day
+        )
+        if closed != 1:
+            if not Loan.objects.filter(pk=loan_id).exists():
+                raise not_found("Loan", loan_id)
+            raise LibraryError(f"Loan #{loan_id} was already returned.")
+        loan = Loan.objects.select_related("book", "member").get(pk=loan_id)
+        if day < loan.pickup_date:
+            # Rolls the whole transaction back: the loan stays open.
+            raise LibraryError(
+                f"A return on {day} would precede the pickup on {loan.pickup_date}.",
+                status=400,
+                code="invalid",
+            )
+        Book.objects.filter(pk=loan.book_id).update(
+            on_shelf=F("on_shelf") + 1, version=F("version") + 1, updated_at=timezone.now()
+        )
+        loan.book.refresh_from_db()
+        return loan
+
+
+def stock_correct(*, book_id: int, on_shelf: int) -> Book:
+    """Set a book's shelf count after a stock-take; refuse negative counts."""
+    if on_shelf < 0:
+        raise LibraryError("A shelf count cannot be negative.", status=400, code="invalid")
+    with transaction.atomic():
+        changed = Book.objects.filter(pk=book_id).update(
+            on_shelf=on_shelf, version=F("version") + 1, updated_at=timezone.now()
+        )
+        if changed != 1:
+            raise not_found("Book", book_id)
+        return Book.objects.get(pk=book_id)
