@@ -169,5 +169,6 @@ def with_db(url: str, db: int) -> str:
     if parsed.scheme == "unix":
         query = "&".join(p for p in parsed.query.split("&") if p and not p.startswith("db="))
         query = f"{query}&db={db}" if query else f"db={db}"
-        return parsed._replace(query=query).geturl()
+        # geturl() would drop the empty authority and write "unix:/path".
+        return f"unix://{parsed.path}?{query}"
     return parsed._replace(path=f"/{db}").geturl()

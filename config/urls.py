@@ -12,7 +12,7 @@ urlpatterns = [
     path("", include("library.urls")),
 ]
 
-# handler400 = "library.views.bad_request"
-# handler403 = "library.views.permission_denied"
-# handler404 = "library.views.page_not_found"
-# handler500 = "library.views.server_error"
+handler400 = "library.views.bad_request"
+handler403 = "library.views.permission_denied"
+handler404 = "library.views.page_not_found"
+handler500 = "library.views.server_error"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from typing import Any
 
@@ -63,3 +64,13 @@ def jobstatus_fail(*, job_id: uuid.UUID, error: str) -> None:
         error=error[:4000],
         finished_at=timezone.now(),
     )
+
+
+def jobstatus_prune(*, older_than_days: int) -> int:
+    """Delete finished job statuses older than ``older_than_days``; return the count."""
+    cutoff = timezone.now() - datetime.timedelta(days=older_than_days)
+    with transaction.atomic():
+        deleted, _ = JobStatus.objects.filter(
+            state__in=JobStatus.FINISHED, finished_at__lt=cutoff
+        ).delete()
+    return deleted
