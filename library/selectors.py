@@ -1,0 +1,177 @@
+"""Reads of the library for the pages: each returns what one page needs in few queries.
+
+Lists are annotated in SQL (one query, no per-row lookups); detail reads use
+``select_related`` for the rows they show next to the main object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
+
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
+from django_stubs_ext import WithAnnotations
+
+from library.models import Book, Branch, Loan, Member
+
+BOOKS_PER_PAGE = 20
+LOANS_PER_PAGE = 20
+BUSIEST_BOOKS = 8
+
+PageNumber = str | int | None
+
+
+class _StockFields(TypedDict):
+    shelf_total: int
+    book_count: int
+    open_loans: int
+
+
+if TYPE_CHECKING:
+    # Subscripting with two arguments only works for the type checker.
+    BranchWithStock = WithAnnotations[Branch, _StockFields]
+else:
+    BranchWithStock = Branch
+
+
+def _open_loans_of_branch() -> Subquery:
+    # A subquery, not a second join: joining loans beside books would multiply the
+    # rows and inflate the on-shelf sum.
+    return Subquery(
+        Loan.objects.filter(book__branch=OuterRef("pk"), return_date__isnull=True)
+        .order_by()
+        .values("book__branch")
+        .annotate(n=Count("id"))
+        .values("n"),
+        output_field=IntegerField(),
+    )
+
+
+def branch_list_with_stock() -> QuerySet[BranchWithStock]:
+    """Return every branch annotated with ``shelf_total``, ``book_count`` and
+    ``open_loans``, in one query."""
+    return Branch.objects.annotate(
+        shelf_total=Coalesce(Sum("books__on_shelf"), 0),
+        book_count=Count("books"),
+        open_loans=Coalesce(_open_loans_of_branch(), 0),
+    ).order_by("id")
+
+
+def branch_shelf_count(*, branch_id: int) -> int:
+    """Return the copies on the shelf in a branch (the sum of its books' on_shelf)."""
+    total = Book.objects.filter(branch_id=branch_id).aggregate(
+        total=Coalesce(Sum("on_shelf"), 0)
+    )["total"]
+    return int(total)
+
+
+@dataclass(frozen=True)
+class BranchDetail:
+    branch: BranchWithStock
+    busiest_books: Sequence[Book]  # annotated with ``loan_count``
+
+
+def branch_detail(
+    *, branch_id: int, busiest: int = BUSIEST_BOOKS
+) -> BranchDetail | None:
+    """Return a branch with its stock figures and its most lent books, or None."""
+    branch = branch_list_with_stock().filter(pk=branch_id).first()
+    if branch is None:
+        return None
+    books = list(
+        Book.objects.filter(branch_id=branch_id)
+        .annotate(loan_count=Count("loans"))
+        .order_by("-loan_count", "title", "id")[:busiest]
+    )
+    return BranchDetail(branch=branch, busiest_books=books)
+
+
+def branch_get(*, branch_id: int) -> Branch | None:
+    return Branch.objects.filter(pk=branch_id).first()
+
+
+def branch_books_page(
+    *, branch_id: int, query: str = "", page: PageNumber = 1
+) -> Page[Book]:
+    """Return one page of a branch's catalogue, filtered on title or author.
+
+    The search is a case-insensitive "contains"; an out-of-range or malformed page
+    number falls back to the nearest valid page (``Paginator.get_page``).
+    """
+    books = Book.objects.filter(branch_id=branch_id)
+    if query:
+        books = books.filter(Q(title__icontains=query) | Q(author__icontains=query))
+    paginator = Paginator(books.order_by("title", "id"), BOOKS_PER_PAGE)
+    return paginator.get_page(page)
+
+
+@dataclass(frozen=True)
+class BookDetail:
+    book: Book  # with its branch
+    open_loans: list[Loan]  # with their members; empty unless asked for
+
+
+def book_detail(*, book_id: int, with_open_loans: bool = False) -> BookDetail | None:
+    """Return a book with its branch and, when asked, its open loans; or None."""
+    book = Book.objects.select_related("branch").filter(pk=book_id).first()
+    if book is None:
+        return None
+    loans: list[Loan] = []
+    if with_open_loans:
+        loans = list(
+            Loan.objects.filter(book_id=book_id, return_date__isnull=True)
+            .select_related("member")
+            .order_by("pickup_date", "id")
+        )
+    return BookDetail(book=book, open_loans=loans)
+
+
+def member_get(*, member_id: int) -> Member | None:
+    return Member.objects.filter(pk=member_id).first()
+
+
+@dataclass(frozen=True)
+class MemberHistory:
+    member: Member
+    loans: Page[Loan]  # with book and branch
+    total: int
+    open: int
+
+    @property
+    def returned(self) -> int:
+        return self.total - self.open
+
+
+def member_history_page(
+    *, member_id: int, page: PageNumber = 1
+) -> MemberHistory | None:
+    """Return a member with one page of their loans (newest first) and loan counts."""
+    member = member_get(member_id=member_id)
+    if member is None:
+        return None
+    loans = Loan.objects.filter(member_id=member_id)
+    counts = loans.aggregate(
+        total=Count("id"), open=Count("id", filter=Q(return_date__isnull=True))
+    )
+    paginator = Paginator(
+        loans.select_related("book", "book__branch").order_by("-pickup_date", "-id"),
+        LOANS_PER_PAGE,
+    )
+    return MemberHistory(
+        member=member,
+        loans=paginator.get_page(page),
+        total=counts["total"],
+        open=counts["open"],
+    )
+
+
+def loan_get(*, loan_id: int) -> Loan | None:
+    """Return a loan with its book, the book's branch and the member; or None."""
+    return (
+        Loan.objects.select_related("book", "book__branch", "member")
+        .filter(pk=loan_id)
+        .first()
+    )
