@@ -9,10 +9,14 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_int, env_list, env_str
 from config.redis_server import choose_redis, with_db
+
+# Lets annotations such as ModelAdmin[Book] work at run time, not only under mypy.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("LIBRARY_VAR_DIR", str(BASE_DIR / "var")))
