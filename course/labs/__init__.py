@@ -1,0 +1,1 @@
+"""Lab framework: parameters, tables and the registry of the lessons' experiments."""

@@ -1,0 +1,344 @@
+"""The shape every lab shares: typed parameters, tables, charts and the run itself.
+
+A lab is data plus two functions. The ``model`` part reproduces the lesson's experiment
+with its own throwaway data; the optional ``live`` part asks the running system the
+same question. Both take validated parameters and a progress callback and return
+tables in the contract of ``shared/docs/labs.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypedDict
+
+Cell = int | float | str | None
+ParamValue = int | float | str | list[int]
+Params = dict[str, ParamValue]
+# fraction done in [0, 1] and a short label of the step that is starting
+Progress = Callable[[float, str], None]
+ParamKind = Literal["int", "float", "int_list", "str"]
+
+
+class Table(TypedDict):
+    columns: list[str]
+    rows: list[list[Cell]]
+
+
+Tables = dict[str, Table]
+
+
+class LabResult(TypedDict):
+    lesson: str
+    params: Params
+    tables: Tables
+
+
+class LabError(Exception):
+    """A problem a user can fix; the message is one line and safe to show."""
+
+
+class ParamError(LabError):
+    """A parameter name or value the experiment cannot run with."""
+
+
+class NoLivePart(LabError):
+    """The lab has no live part yet."""
+
+
+def no_progress(fraction: float, label: str) -> None:
+    """Progress callback that ignores every report (command line, tests)."""
+
+
+def table(columns: list[str], rows: list[list[Cell]]) -> Table:
+    """Build a table, checking every row has one cell per column."""
+    for row in rows:
+        if len(row) != len(columns):
+            raise ValueError(f"row {row!r} does not match columns {columns!r}")
+    return {"columns": list(columns), "rows": [list(row) for row in rows]}
+
+
+def clean_cell(value: object) -> Cell:
+    """Return a cell as the contract prints it: whole floats as ints, NaN as None."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        raise TypeError("a table cell cannot be a bool")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return int(value) if value.is_integer() else value
+    raise TypeError(f"a table cell cannot be {type(value).__name__}")
+
+
+def clean_tables(tables: Tables) -> Tables:
+    return {
+        name: {
+            "columns": list(t["columns"]),
+            "rows": [[clean_cell(cell) for cell in row] for row in t["rows"]],
+        }
+        for name, t in tables.items()
+    }
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One typed parameter with its default and the range the experiment accepts."""
+
+    name: str
+    kind: ParamKind
+    default: ParamValue
+    help: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    # True when the minimum itself is not allowed (a timeout of 0 cannot run).
+    exclusive_minimum: bool = False
+    max_items: int = 12
+    max_length: int = 200
+
+    def parse(self, text: str) -> ParamValue:
+        """Turn command-line or form text into a checked value."""
+        raw = text.strip()
+        if self.kind == "int":
+            return self.check(self._parse_int(raw))
+        if self.kind == "float":
+            try:
+                number = float(raw)
+            except ValueError:
+                raise ParamError(f"{self.name}: {raw!r} is not a number") from None
+            return self.check(number)
+        if self.kind == "int_list":
+            parts = [part.strip() for part in raw.split(",")]
+            if parts == [""]:
+                raise ParamError(f"{self.name}: give at least one whole number")
+            return self.check([self._parse_int(part) for part in parts])
+        return self.check(raw)
+
+    def _parse_int(self, raw: str) -> int:
+        try:
+            return int(raw, 10)
+        except ValueError:
+            raise ParamError(f"{self.name}: {raw!r} is not a whole number") from None
+
+    def check(self, value: object) -> ParamValue:
+        """Check a value that already has a type (defaults, JSON stored in a job)."""
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ParamError(f"{self.name}: must be a whole number, got {value!r}")
+            self._check_range(value)
+            return value
+        if self.kind == "float":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ParamError(f"{self.name}: must be a number, got {value!r}")
+            number = float(value)
+            if not math.isfinite(number):
+                raise ParamError(f"{self.name}: must be a finite number")
+            self._check_range(number)
+            return number
+        if self.kind == "int_list":
+            if not isinstance(value, list) or not value:
+                raise ParamError(f"{self.name}: must be a list of whole numbers")
+            if len(value) > self.max_items:
+                raise ParamError(f"{self.name}: at most {self.max_items} values")
+            items: list[int] = []
+            for item in value:
+                if isinstance(item, bool) or not isinstance(item, int):
+                    raise ParamError(f"{self.name}: {item!r} is not a whole number")
+                self._check_range(item)
+                items.append(item)
+            return items
+        if not isinstance(value, str):
+            raise ParamError(f"{self.name}: must be text, got {value!r}")
+        if not value or len(value) > self.max_length:
+            raise ParamError(f"{self.name}: must be 1 to {self.max_length} characters")
+        return value
+
+    def _check_range(self, number: float) -> None:
+        low, high = self.minimum, self.maximum
+        if low is not None:
+            if self.exclusive_minimum and number <= low:
+                raise ParamError(
+                    f"{self.name}: must be greater than {_number_text(low)}, "
+                    f"got {_number_text(number)}"
+                )
+            if number < low:
+                raise ParamError(
+                    f"{self.name}: must be at least {_number_text(low)}, "
+                    f"got {_number_text(number)}"
+                )
+        if high is not None and number > high:
+            raise ParamError(
+                f"{self.name}: must be at most {_number_text(high)}, "
+                f"got {_number_text(number)}"
+            )
+
+    def text(self, value: ParamValue) -> str:
+        """Return the value as a user would type it (form fields, listings)."""
+        if isinstance(value, list):
+            return ",".join(str(item) for item in value)
+        if isinstance(value, float):
+            return _number_text(value)
+        return str(value)
+
+    def describe_range(self) -> str:
+        """Return a short human description of the accepted values."""
+        low, high = self.minimum, self.maximum
+        bits = []
+        if low is not None:
+            sign = ">" if self.exclusive_minimum else "≥"
+            bits.append(f"{sign} {_number_text(low)}")
+        if high is not None:
+            bits.append(f"≤ {_number_text(high)}")
+        kind = {
+            "int": "whole number",
+            "float": "number",
+            "int_list": "comma-separated whole numbers",
+            "str": "text",
+        }[self.kind]
+        return f"{kind}, {' and '.join(bits)}" if bits else kind
+
+
+@dataclass(frozen=True)
+class Chart:
+    """Which numbers of a table the lesson page draws.
+
+    ``label`` names the category column and ``values`` the numeric columns (one bar
+    series each). With ``split`` the single value column holds space-separated numbers
+    (``depths``): each row becomes a series and the positions become the categories.
+    """
+
+    table: str
+    label: str
+    values: tuple[str, ...]
+    title: str
+    unit: str = ""
+    split: bool = False
+    category_prefix: str = (
+        ""  # with split: how to name position n ("round " -> round 1)
+    )
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "table": self.table,
+            "label": self.label,
+            "values": list(self.values),
+            "title": self.title,
+            "unit": self.unit,
+            "split": self.split,
+            "categoryPrefix": self.category_prefix,
+        }
+
+
+LabPart = Callable[[Params, Progress], Tables]
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A lesson's experiment: parameters, a model part and an optional live part."""
+
+    slug: str
+    title: str
+    params: tuple[Param, ...]
+    model: LabPart
+    live: LabPart | None = None
+    charts: tuple[Chart, ...] = ()
+    # Cross-parameter rule: return a one-line reason when the combination cannot run.
+    combination_check: Callable[[Params], str | None] | None = None
+    notes: str = ""
+    _by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name = {param.name: param for param in self.params}
+        if len(by_name) != len(self.params):
+            raise ValueError(f"lab {self.slug}: duplicate parameter names")
+        for param in self.params:
+            param.check(param.default)  # a wrong default is a bug; fail at import
+        object.__setattr__(self, "_by_name", by_name)
+
+    def param(self, name: str) -> Param:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            known = ", ".join(self._by_name) or "none"
+            raise ParamError(
+                f"{self.slug} has no parameter {name!r} (parameters: {known})"
+            ) from None
+
+    def defaults(self) -> Params:
+        return {param.name: _copy(param.default) for param in self.params}
+
+    def resolve(self, overrides: Mapping[str, str]) -> Params:
+        """Return defaults with textual overrides (``--set``, form fields) applied."""
+        values = self.defaults()
+        for name, text in overrides.items():
+            values[name] = self.param(name).parse(text)
+        return self._combined(values)
+
+    def validate(self, values: Mapping[str, object]) -> Params:
+        """Check already-typed values (a job's stored params); missing ones default."""
+        checked = self.defaults()
+        for name, value in values.items():
+            checked[name] = self.param(name).check(value)
+        return self._combined(checked)
+
+    def _combined(self, values: Params) -> Params:
+        if self.combination_check is not None:
+            reason = self.combination_check(values)
+            if reason:
+                raise ParamError(reason)
+        return values
+
+    def run(
+        self, params: Params, *, live: bool = False, progress: Progress = no_progress
+    ) -> LabResult:
+        """Run the model part (and the live part with ``live``) on checked params."""
+        if live and self.live is None:
+            raise NoLivePart(f"{self.slug} has no live part yet; run it without --live")
+        tables = dict(self.model(params, progress))
+        if live and self.live is not None:
+            tables.update(self.live(params, progress))
+        progress(1.0, "done")
+        return {
+            "lesson": self.slug,
+            "params": {name: _clean_param(value) for name, value in params.items()},
+            "tables": clean_tables(tables),
+        }
+
+
+def _copy(value: ParamValue) -> ParamValue:
+    return list(value) if isinstance(value, list) else value
+
+
+def _clean_param(value: ParamValue) -> ParamValue:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return _copy(value)
+
+
+def int_param(params: Params, name: str) -> int:
+    """Return a checked whole-number parameter (typed access for models)."""
+    value = params[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParamError(f"{name}: must be a whole number")
+    return value
+
+
+def float_param(params: Params, name: str) -> float:
+    value = params[name]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ParamError(f"{name}: must be a number")
+    return float(value)
+
+
+def int_list_param(params: Params, name: str) -> list[int]:
+    value = params[name]
+    if not isinstance(value, list):
+        raise ParamError(f"{name}: must be a list of whole numbers")
+    return list(value)

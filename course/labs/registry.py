@@ -1,0 +1,38 @@
+"""The labs, keyed by lesson slug: a fixed, typed list checked at import.
+
+Adding a lab: write ``course/labs/<name>.py`` exposing ``LAB = Lab(...)`` and add it to
+``_ALL`` below. The check underneath refuses a slug that is not a lesson of the course.
+"""
+
+from __future__ import annotations
+
+from course.labs import cache_layers, message_queues
+from course.labs.base import Lab, LabError
+from course.lessons import lesson_get
+
+_ALL: tuple[Lab, ...] = (cache_layers.LAB, message_queues.LAB)
+
+LABS: dict[str, Lab] = {lab.slug: lab for lab in _ALL}
+
+for _lab in _ALL:
+    if lesson_get(_lab.slug) is None:
+        raise RuntimeError(f"lab {_lab.slug!r} does not belong to any lesson")
+if len(LABS) != len(_ALL):
+    raise RuntimeError("two labs share a slug")
+
+
+class UnknownLab(LabError):
+    pass
+
+
+def lab_get(slug: str) -> Lab:
+    """Return the lab for ``slug``; raise UnknownLab with a one-line reason."""
+    try:
+        return LABS[slug]
+    except KeyError:
+        known = ", ".join(sorted(LABS))
+        raise UnknownLab(f"no lab named {slug!r} (labs: {known})") from None
+
+
+def lab_find(slug: str) -> Lab | None:
+    return LABS.get(slug)
