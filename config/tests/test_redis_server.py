@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 from django.core.exceptions import ImproperlyConfigured
+from rq.job import Job, JobStatus
 
 from config.redis_server import (
     choose_redis,
@@ -128,17 +129,17 @@ def test_worker_started_by_hand_shares_the_embedded_server(tmp_path):
             )
             job_id = subprocess.run([*manage, "shell", "-c", enqueue], cwd=ROOT, env=env,
                                     check=True, capture_output=True, text=True,
-                                    timeout=60).stdout.strip()  # fmt: skip
+                                    timeout=60).stdout.split()[-1]  # fmt: skip
             sock = embedded_socket_path(tmp_path / "redis")
             client = redis.Redis(unix_socket_path=str(sock), db=3)
             deadline = time.monotonic() + 30
             status = None
             while time.monotonic() < deadline:
-                status = client.hget(f"rq:job:{job_id}", "status")
-                if status == b"finished":
+                status = Job.fetch(job_id, connection=client).get_status()
+                if status == JobStatus.FINISHED:
                     break
                 time.sleep(0.2)
-            assert status == b"finished"
+            assert status == JobStatus.FINISHED
         finally:
             worker.terminate()
             worker.wait(timeout=30)
