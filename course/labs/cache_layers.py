@@ -60,11 +60,11 @@ class SmallCache:
         self.capacity = capacity
         self._box: dict[str, object] = {}
 
-    def has(self, key: str) -> bool:
-        return key in self._box
-
-    def get(self, key: str) -> object:
-        return self._box[key]
+    def lookup(self, key: str) -> tuple[bool, object]:
+        """Return (present, value) without touching the eviction order."""
+        if key in self._box:
+            return True, self._box[key]
+        return False, None
 
     def set(self, key: str, value: object) -> None:
         self._box.pop(key, None)
@@ -120,29 +120,33 @@ def chain_counts(
         shared = kind in SHARED_KINDS
         client = clients.setdefault(user, SmallCache(client_capacity))
 
-        def place(value: object) -> object:
-            # Every answer from further down is copied into the closer layers.
+        def copy_closer(value: object) -> object:
+            # An answer found further down is copied into the layers in front of it.
             if shared:
                 edge.set(key, value)
             client.set(key, value)
             return value
 
-        if client.has(key):
+        # Walk the chain from the user outwards; the first layer holding the key wins.
+        found, value = client.lookup(key)
+        if found:
             counter["client"] += 1
-            return client.get(key)
-        if shared and edge.has(key):
+            return value
+        found, value = edge.lookup(key) if shared else (False, None)
+        if found:
             counter["edge"] += 1
-            return place(edge.get(key))
+            return copy_closer(value)
         # A private answer is keyed by its owner so the server never hands it to
         # somebody else.
         server_key = key if shared else f"{key}@{user}"
-        if server.has(server_key):
+        found, value = server.lookup(server_key)
+        if found:
             counter["server"] += 1
-            return place(server.get(server_key))
+            return copy_closer(value)
         counter["origin"] += 1
-        value = origin.read(kind, ident)
-        server.set(server_key, value)
-        return place(value)
+        fetched = origin.read(kind, ident)
+        server.set(server_key, fetched)
+        return copy_closer(fetched)
 
     rng = JsLcg(seed)
     step = max(1, requests // 10)

@@ -10,9 +10,10 @@ Model part, ported from the lesson's experiments on a queue with a virtual clock
    ``production`` jobs arrive per round and each consumer finishes
    ``consumption_rate``.
 
-``unacknowledged`` rows are the course's per-delivery lines (``t=0 consumer-1
-message=2 delivered=1 left unacknowledged``): one row per delivery, in delivery order,
-with the status the consumer gave it. The course's depth/visible lines and its total
+``unacknowledged`` has one row per delivery, in the order the course prints its
+per-delivery lines: virtual time, which consumer, message id, how many times that
+message has been handed out so far, and the consumer's verdict ("acknowledged" or
+"left unacknowledged"). The course's depth/visible lines and its total
 go to the extra tables ``queue_state`` and ``deliveries``.
 """
 
@@ -36,12 +37,13 @@ from course.labs.base import (
 
 COMPETING_MESSAGES = 12
 COMPETING_CONSUMERS = ("consumer-1", "consumer-2", "consumer-3")
+# Job bodies are ours; only their order matters: the middle one is never acknowledged.
 UNACKNOWLEDGED_JOBS = (
-    "overdue_notification loan=1",
-    "stock_summary branch=1",
-    "report_line loan=1",
+    "remind: loan #1 overdue",
+    "recount: branch #1",
+    "ledger: loan #1",
 )
-CRASHES_ON = "stock_summary branch=1"  # the job the first consumer never acknowledges
+CRASHES_ON = UNACKNOWLEDGED_JOBS[1]  # the consumer stops while holding this one
 
 
 @dataclass
@@ -141,7 +143,7 @@ def competing(visibility: float) -> tuple[dict[str, int], int, int, int]:
     """Return (messages per consumer, distinct, total delivered, remaining)."""
     queue = Queue(visibility)
     for i in range(1, COMPETING_MESSAGES + 1):
-        queue.write(f"overdue_notification loan={i}")
+        queue.write(f"remind: loan #{i} overdue")
     taken_by: dict[int, str] = {}
     count = dict.fromkeys(COMPETING_CONSUMERS, 0)
     turn = 0
@@ -165,7 +167,7 @@ def depths(
     result: list[int] = []
     for t in range(1, rounds + 1):
         for n in range(production):
-            queue.write(f"job t={t} n={n}")
+            queue.write(f"round {t} job {n}")
         for _ in range(consumers * rate):
             message = queue.receive()
             if message is None:

@@ -1,0 +1,294 @@
+/* Lab runner on a lesson page.
+ *
+ * 1. The parameter form is sent with fetch (CSRF token in a header); the server answers
+ *    202 with the job id, or 400 with one reason per field.
+ * 2. The job is followed by short polling: GET /jobs/<id>/status?version=N every
+ *    ~500 ms. 204 means "nothing new", 200 carries the job and its new version.
+ * 3. Network errors and 5xx answers back off exponentially with jitter, so a restarting
+ *    server is not hit by every open tab at the same instant.
+ * 4. The job id lives in the address (?job=<id>), so a reload resumes the same run.
+ */
+(function () {
+  "use strict";
+
+  const POLL_MS = 500;
+  const MAX_BACKOFF_MS = 15000;
+  const ZERO_ID = "00000000-0000-0000-0000-000000000000";
+
+  const configNode = document.getElementById("lab-config");
+  const form = document.getElementById("lab-form");
+  const panel = document.getElementById("lab-results");
+  if (!configNode || !form || !panel) return;
+  const config = JSON.parse(configNode.textContent);
+
+  const runButton = form.querySelector("[data-run]");
+  const resetButton = form.querySelector("[data-reset]");
+  const formErrors = form.querySelector("[data-form-errors]");
+  const stateBadge = panel.querySelector("[data-state]");
+  const progressBox = panel.querySelector("[data-progress]");
+  const progressBar = panel.querySelector(".progress-bar");
+  const progressRole = panel.querySelector("[role=progressbar]");
+  const messageLine = panel.querySelector("[data-message]");
+  const output = panel.querySelector("[data-output]");
+
+  let current = null; // the run being followed: {id, version, failures, timer}
+
+  function csrfToken() {
+    const input = form.querySelector("input[name=csrfmiddlewaretoken]");
+    if (input && input.value) return input.value;
+    const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    return match ? decodeURIComponent(match[1]) : "";
+  }
+
+  function statusUrl(id, version) {
+    return `${config.statusUrl.replace(ZERO_ID, id)}?version=${encodeURIComponent(version)}`;
+  }
+
+  function node(tag, className, text) {
+    const element = document.createElement(tag);
+    if (className) element.className = className;
+    if (text !== undefined) element.textContent = text;
+    return element;
+  }
+
+  function alertBox(kind, text) {
+    const box = node("div", `alert alert-${kind}`);
+    box.setAttribute("role", kind === "error" ? "alert" : "status");
+    box.appendChild(node("p", "", text));
+    return box;
+  }
+
+  // --- form ------------------------------------------------------------------------
+  function clearErrors() {
+    formErrors.replaceChildren();
+    form.querySelectorAll("[data-field]").forEach((field) => {
+      field.classList.remove("has-error");
+      field.querySelector("[data-field-error]").textContent = "";
+    });
+  }
+
+  function showFieldErrors(errors) {
+    for (const [name, messages] of Object.entries(errors || {})) {
+      const field = form.querySelector(`[data-field="${CSS.escape(name)}"]`);
+      if (field) {
+        field.classList.add("has-error");
+        field.querySelector("[data-field-error]").textContent = messages.join(" ");
+      } else {
+        formErrors.appendChild(alertBox("error", messages.join(" ")));
+      }
+    }
+    const first = form.querySelector(".has-error input");
+    if (first) first.focus();
+  }
+
+  function setBusy(busy) {
+    runButton.disabled = busy;
+    runButton.textContent = busy ? "Running…" : "Run the lab";
+  }
+
+  function defaultsDiffer() {
+    return Array.from(form.querySelectorAll("input[type=text]")).some(
+      (input) => input.value !== input.defaultValue,
+    );
+  }
+
+  form.addEventListener("input", () => {
+    resetButton.hidden = !defaultsDiffer();
+  });
+  resetButton.addEventListener("click", () => {
+    form.reset();
+    clearErrors();
+    resetButton.hidden = true;
+  });
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors();
+    setBusy(true);
+    let response;
+    try {
+      response = await fetch(config.runUrl, {
+        method: "POST",
+        body: new FormData(form),
+        credentials: "same-origin",
+        headers: { Accept: "application/json", "X-CSRFToken": csrfToken() },
+      });
+    } catch (error) {
+      formErrors.appendChild(alertBox("error", "The server could not be reached. Check the connection and run again."));
+      setBusy(false);
+      return;
+    }
+    if (response.status === 202) {
+      const started = await response.json();
+      history.replaceState(null, "", started.lesson_url);
+      follow(started.job, 0);
+      return;
+    }
+    setBusy(false);
+    if (response.status === 400) {
+      const body = await response.json().catch(() => ({}));
+      showFieldErrors(body.errors);
+    } else if (response.status === 403) {
+      formErrors.appendChild(alertBox("error", "The page's security token is no longer valid. Reload the page and run again."));
+    } else {
+      formErrors.appendChild(alertBox("error", `The run could not be started (HTTP ${response.status}). Try again in a moment.`));
+    }
+  });
+
+  // --- following a run ---------------------------------------------------------------
+  function follow(id, version) {
+    if (current && current.timer) clearTimeout(current.timer);
+    current = { id, version, failures: 0, timer: null };
+    showState({ state: "queued", progress: 0, message: "waiting for a worker", finished: false });
+    output.replaceChildren();
+    schedule(current, 0);
+  }
+
+  function schedule(run, delay) {
+    run.timer = setTimeout(() => poll(run), delay);
+  }
+
+  function backoff(run, reason) {
+    run.failures += 1;
+    // Full jitter on an exponential ceiling: spreads the retries of many tabs.
+    const ceiling = Math.min(MAX_BACKOFF_MS, POLL_MS * Math.pow(2, run.failures));
+    const delay = POLL_MS + Math.random() * (ceiling - POLL_MS);
+    messageLine.textContent = `${reason}; retrying in ${(delay / 1000).toFixed(1)} s`;
+    schedule(run, delay);
+  }
+
+  async function poll(run) {
+    if (run !== current) return;
+    let response;
+    try {
+      response = await fetch(statusUrl(run.id, run.version), {
+        headers: { Accept: "application/json" },
+        credentials: "same-origin",
+        cache: "no-store",
+      });
+    } catch (error) {
+      if (run === current) backoff(run, "Connection lost");
+      return;
+    }
+    if (run !== current) return;
+    if (response.status === 204) {
+      run.failures = 0;
+      schedule(run, POLL_MS);
+    } else if (response.status === 200) {
+      run.failures = 0;
+      const job = await response.json();
+      run.version = job.version;
+      showJob(job);
+      if (!job.finished) schedule(run, POLL_MS);
+    } else if (response.status === 404) {
+      setBusy(false);
+      showState({ state: "missing", progress: 0, message: "", finished: true });
+      output.replaceChildren(alertBox("warning", "This run no longer exists. Start a new one."));
+    } else if (response.status === 429 || response.status >= 500) {
+      backoff(run, `The server answered ${response.status}`);
+    } else {
+      setBusy(false);
+      output.replaceChildren(alertBox("error", `Following the run failed (HTTP ${response.status}).`));
+    }
+  }
+
+  const BADGES = { queued: "badge-info", running: "badge-warning", done: "badge-success", failed: "badge-danger", cancelled: "badge-danger" };
+
+  function showState(job) {
+    stateBadge.className = `badge ${BADGES[job.state] || ""}`;
+    stateBadge.textContent = job.state;
+    progressBox.hidden = false;
+    const percent = Math.max(0, Math.min(100, job.progress || 0));
+    progressBar.style.width = `${percent}%`;
+    progressBar.classList.toggle("is-danger", job.state === "failed");
+    progressRole.setAttribute("aria-valuenow", String(percent));
+    messageLine.textContent = job.message || "";
+  }
+
+  function showJob(job) {
+    showState(job);
+    if (!job.finished) return;
+    setBusy(false);
+    if (job.state === "done" && job.result) {
+      renderResult(job.result);
+    } else if (job.state === "failed") {
+      output.replaceChildren(alertBox("error", job.error || "The run failed."));
+    } else {
+      output.replaceChildren(alertBox("warning", `The run ended as ${job.state}.`));
+    }
+  }
+
+  // --- result ------------------------------------------------------------------------
+  function renderTable(name, table) {
+    const section = node("section", "result-table");
+    const heading = node("h3");
+    heading.appendChild(node("code", "", name));
+    section.appendChild(heading);
+    const wrap = node("div", "table-wrap");
+    const element = node("table", "data");
+    element.dataset.table = name;
+    const numeric = table.columns.map((_, i) =>
+      table.rows.length > 0 && table.rows.every((row) => row[i] === null || typeof row[i] === "number"),
+    );
+    const head = node("thead");
+    const headRow = node("tr");
+    table.columns.forEach((column, i) => {
+      const th = node("th", numeric[i] ? "num" : "", column);
+      th.scope = "col";
+      headRow.appendChild(th);
+    });
+    head.appendChild(headRow);
+    const body = node("tbody");
+    for (const row of table.rows) {
+      const tr = node("tr");
+      row.forEach((cell, i) => {
+        const td = node("td", numeric[i] ? "num" : "", cell === null ? "—" : String(cell));
+        td.dataset.column = table.columns[i];
+        if (cell === null) td.title = "not a number";
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    }
+    element.append(head, body);
+    wrap.appendChild(element);
+    section.appendChild(wrap);
+    return section;
+  }
+
+  function renderResult(result) {
+    const parts = [];
+    const params = Object.entries(result.params || {})
+      .map(([name, value]) => `${name}=${Array.isArray(value) ? value.join(",") : value}`)
+      .join("  ");
+    if (params) parts.push(node("p", "lab-params muted small", `Parameters: ${params}`));
+    if (window.LabChart) {
+      const charts = node("div", "lab-charts");
+      for (const spec of config.charts || []) {
+        const table = result.tables[spec.table];
+        const figure = table ? window.LabChart.render(spec, table) : null;
+        if (figure) charts.appendChild(figure);
+      }
+      if (charts.childElementCount) parts.push(charts);
+    }
+    const tables = node("div", "lab-tables");
+    for (const [name, table] of Object.entries(result.tables || {})) tables.appendChild(renderTable(name, table));
+    parts.push(tables);
+    const raw = node("details", "lab-raw");
+    raw.appendChild(node("summary", "", "Raw JSON (same as the lab command's --json)"));
+    raw.appendChild(node("pre", "", JSON.stringify(result)));
+    parts.push(raw);
+    output.replaceChildren(...parts);
+  }
+
+  // --- resume after a reload -----------------------------------------------------------
+  if (config.job) {
+    current = { id: config.job.id, version: config.job.version, failures: 0, timer: null };
+    if (config.job.finished) {
+      showJob(config.job);
+    } else {
+      setBusy(true);
+      showState(config.job);
+      schedule(current, POLL_MS);
+    }
+  }
+})();
