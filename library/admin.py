@@ -7,7 +7,8 @@ puts it back, every change bumps ``Book.version``), so the admin goes through th
   return with the "Return selected loans" action (``loan_return``). On the change page
   every field is read-only.
 - A book's shelf count is changed through ``stock_correct`` (a stock-take), and other
-  edits save only the changed columns plus a version bump.
+  edits save only the changed columns plus a version bump. Loans issued while the form
+  was open are not undone (see ``BookAdminForm``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 import django_stubs_ext
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, F, QuerySet, Sum
 from django.db.models.functions import Coalesce
-from django.forms import ModelForm
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -57,8 +58,25 @@ class BranchAdmin(admin.ModelAdmin[Branch]):
         return int(branch.shelf_total)
 
 
+class BookAdminForm(forms.ModelForm[Book]):
+    # The shelf count the form showed. Loans change on_shelf while the form is open;
+    # only a count that differs from what staff saw is a stock correction, otherwise
+    # saving a title would put back the copies lent in the meantime.
+    on_shelf_seen = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
+    class Meta:
+        model = Book
+        fields = ["title", "author", "publication_year", "branch", "on_shelf"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["on_shelf_seen"].initial = self.instance.on_shelf
+
+
 @admin.register(Book)
 class BookAdmin(admin.ModelAdmin[Book]):
+    form = BookAdminForm
     list_display = [
         "id",
         "title",
@@ -77,21 +95,26 @@ class BookAdmin(admin.ModelAdmin[Book]):
     readonly_fields = ["version", "updated_at"]
 
     def save_model(
-        self, request: HttpRequest, obj: Book, form: ModelForm[Book], change: bool
+        self, request: HttpRequest, obj: Book, form: forms.ModelForm[Book], change: bool
     ) -> None:
         if not change:
             super().save_model(request, obj, form, change)
             return
         # Save only the edited columns: a full save would write back the on_shelf read
         # when the form was opened and undo loans issued in the meantime.
-        fields = [name for name in form.changed_data if name != "on_shelf"]
+        fields = [
+            name
+            for name in form.changed_data
+            if name not in ("on_shelf", "on_shelf_seen")
+        ]
         if fields:
             Book.objects.filter(pk=obj.pk).update(
                 **{name: getattr(obj, name) for name in fields},
                 version=F("version") + 1,
                 updated_at=timezone.now(),
             )
-        if "on_shelf" in form.changed_data:
+        seen = form.cleaned_data.get("on_shelf_seen")
+        if "on_shelf" in form.changed_data and obj.on_shelf != seen:
             stock_correct(book_id=obj.pk, on_shelf=obj.on_shelf)
         obj.refresh_from_db()
 
