@@ -234,7 +234,7 @@ LAB = Lab(
             "visibility timeout, and how far the clock moves before consumer-2",
             minimum=0,
             exclusive_minimum=True,
-            maximum=1e9,
+            maximum=1e6,
         ),
         Param(
             "consumers",

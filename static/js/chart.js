@@ -1,6 +1,7 @@
 /* LabChart: a small, dependency-free SVG bar chart for lab tables.
  *
- * LabChart.render(spec, table) returns a <figure> holding an SVG. `spec` comes from the
+ * LabChart.render(spec, table, width) returns a <figure> holding an SVG drawn for
+ * `width` CSS pixels, so its text stays legible on a phone as on a desktop. `spec` comes from the
  * lab's Chart declaration (course/labs/base.py):
  *   {table, label, values: [column...], title, unit, split, categoryPrefix}
  * Without `split`, rows are categories and each value column is one series.
@@ -12,9 +13,7 @@
 
   const SVG_NS = "http://www.w3.org/2000/svg";
   const PALETTE = ["#0f766e", "#f59e0b", "#6366f1", "#e11d48", "#0891b2", "#65a30d"];
-  const WIDTH = 720;
-  const HEIGHT = 300;
-  const MARGIN = { top: 24, right: 16, bottom: 44, left: 52 };
+  const MARGIN = { top: 26, right: 12, bottom: 40, left: 44 };
 
   function el(name, attrs, text) {
     const node = document.createElementNS(SVG_NS, name);
@@ -69,13 +68,16 @@
     return String(Math.round(value * 10) / 10);
   }
 
-  function render(spec, table) {
+  function render(spec, table, width) {
     const data = shape(spec, table);
     if (data === null || data.categories.length === 0) return null;
+    const WIDTH = Math.max(260, Math.round(width || 640));
+    const HEIGHT = WIDTH < 480 ? 220 : 280;
     const all = data.series.flatMap((s) => s.values).filter((v) => v !== null);
     const top = Math.max(0, ...all);
     const step = top > 0 ? niceStep(top) : 1;
-    const yMax = Math.max(step, Math.ceil(top / step) * step);
+    // Headroom above the tallest bar keeps its value label clear of the unit label.
+    const yMax = Math.max(step, Math.ceil((top * 1.08) / step) * step);
     const plotW = WIDTH - MARGIN.left - MARGIN.right;
     const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
     const y = (v) => MARGIN.top + plotH - (v / yMax) * plotH;
@@ -104,7 +106,10 @@
     const groupW = plotW / data.categories.length;
     const inner = groupW * 0.78;
     const barW = inner / data.series.length;
-    const showValues = data.categories.length * data.series.length <= 24;
+    const showValues = data.categories.length * data.series.length <= 24 && barW >= 14;
+    // Narrow groups keep only the position number ("3" rather than "round 3").
+    const short = groupW < 64 && spec.split;
+    const CHAR_PX = 8; // rough width of one label character at 13px, bold
     data.categories.forEach((category, ci) => {
       const x0 = MARGIN.left + ci * groupW + (groupW - inner) / 2;
       data.series.forEach((series, si) => {
@@ -126,9 +131,14 @@
           );
         }
       });
-      svg.appendChild(
-        el("text", { x: MARGIN.left + ci * groupW + groupW / 2, y: HEIGHT - MARGIN.bottom + 18, class: "category", "text-anchor": "middle" }, category),
-      );
+      const text = short ? String(ci + 1) : category;
+      const label = el("text", { x: MARGIN.left + ci * groupW + groupW / 2, y: HEIGHT - MARGIN.bottom + 18, class: "category", "text-anchor": "middle" }, text);
+      if (text.length * CHAR_PX > groupW - 6) {
+        // Squeeze a long label into its group rather than let it run into the next.
+        label.setAttribute("textLength", String(Math.max(10, groupW - 6)));
+        label.setAttribute("lengthAdjust", "spacingAndGlyphs");
+      }
+      svg.appendChild(label);
     });
 
     const figure = document.createElement("figure");

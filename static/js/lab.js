@@ -262,10 +262,16 @@
       .join("  ");
     if (params) parts.push(node("p", "lab-params muted small", `Parameters: ${params}`));
     if (window.LabChart) {
+      const specs = (config.charts || []).filter((spec) => result.tables[spec.table]);
+      // Two charts side by side on wide screens, one per row otherwise; each is
+      // drawn at its real width so its labels keep their size.
+      const full = output.clientWidth || 640;
+      const columns = full >= 860 ? Math.min(2, specs.length) : 1;
+      const width = (full - (columns - 1) * 16) / Math.max(1, columns) - 34;
       const charts = node("div", "lab-charts");
-      for (const spec of config.charts || []) {
-        const table = result.tables[spec.table];
-        const figure = table ? window.LabChart.render(spec, table) : null;
+      charts.style.setProperty("--chart-columns", String(Math.max(1, columns)));
+      for (const spec of specs) {
+        const figure = window.LabChart.render(spec, result.tables[spec.table], width);
         if (figure) charts.appendChild(figure);
       }
       if (charts.childElementCount) parts.push(charts);
