@@ -19,9 +19,18 @@ class PeriodicTask:
     every: datetime.timedelta
     queue: str = "default"
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # Inline tasks run in the scheduler process itself: the messaging sweep must work
+    # when Redis lost its queues, so it cannot wait in one.
+    inline: bool = False
 
 
 PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
+    PeriodicTask(
+        name="messaging_sweep",
+        func="messaging.tasks.sweep",
+        every=datetime.timedelta(seconds=2),
+        inline=True,
+    ),
     PeriodicTask(
         name="jobstatus_prune",
         func="jobs.tasks.jobstatus_prune",

@@ -14,6 +14,9 @@ from django.urls import reverse
 class Branch(models.Model):
     name = models.CharField(max_length=100)
     city = models.CharField(max_length=100)
+    # Bumped with every shelf change of the branch's books, in the same transaction:
+    # live pages use it to notice a missed update.
+    stock_version = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["id"]
@@ -108,3 +111,39 @@ class Loan(models.Model):
     @property
     def is_open(self) -> bool:
         return self.return_date is None
+
+
+class Notification(models.Model):
+    """A message to a member, written by the ``notification`` subscription."""
+
+    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="notifications")
+    loan = models.ForeignKey(Loan, on_delete=models.SET_NULL, null=True, blank=True)
+    kind = models.CharField(max_length=40)
+    text = models.CharField(max_length=300)
+    # The outbox message it answers; unique as a second fence behind the dedup guard.
+    source_message_id = models.BigIntegerField(unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"to {self.member_id}: {self.text}"
+
+
+class BranchStock(models.Model):
+    """Per-branch shelf totals, maintained by the ``stock_summary`` subscription."""
+
+    branch = models.OneToOneField(Branch, on_delete=models.CASCADE, primary_key=True)
+    on_shelf_total = models.PositiveIntegerField(default=0)
+    titles = models.PositiveIntegerField(default=0)
+    # The newest outbox offset this summary reflects.
+    last_message_id = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "branch stock summary"
+        verbose_name_plural = "branch stock summaries"
+
+    def __str__(self) -> str:
+        return f"{self.branch_id}: {self.on_shelf_total} on shelf"

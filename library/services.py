@@ -4,7 +4,9 @@
   succeed, because the shelf count is decremented by a conditional UPDATE whose row
   count tells who won (compare-and-set works the same on SQLite and PostgreSQL).
 - A closed loan cannot be returned again, by the same compare-and-set on return_date.
-- Every change bumps the book's version in the same transaction.
+- Every change bumps the book's version and its branch's stock version, and appends
+  an outbox message, all in the same transaction: the message exists exactly when the
+  change does.
 """
 
 from __future__ import annotations
@@ -16,11 +18,34 @@ from django.db.models import F
 from django.utils import timezone
 
 from library.errors import LibraryError, not_found
-from library.models import Book, Loan, Member
+from library.models import Book, Branch, Loan, Member
+from messaging.registry import LoanBody, MessageType, StockBody
+from messaging.services import outbox_publish
 
 
 def _today() -> datetime.date:
     return timezone.localdate()
+
+
+def _shelf_changed(book_id: int) -> Book:
+    """Bump the branch's stock version; return the book as it is now.
+
+    Call inside ``atomic()`` right after the book's row was updated.
+    """
+    book = Book.objects.only("branch_id", "on_shelf", "version").get(pk=book_id)
+    Branch.objects.filter(pk=book.branch_id).update(stock_version=F("stock_version") + 1)
+    return book
+
+
+def _loan_body(loan: Loan, book: Book) -> LoanBody:
+    return {
+        "loan_id": loan.pk,
+        "book_id": book.pk,
+        "member_id": loan.member_id,
+        "branch_id": book.branch_id,
+        "on_shelf": book.on_shelf,
+        "book_version": book.version,
+    }
 
 
 def loan_issue(
@@ -37,9 +62,14 @@ def loan_issue(
             if not Book.objects.filter(pk=book_id).exists():
                 raise not_found("Book", book_id)
             raise LibraryError(f"No copy of book #{book_id} is on the shelf.")
-        return Loan.objects.create(
+        book = _shelf_changed(book_id)
+        loan = Loan.objects.create(
             book_id=book_id, member_id=member_id, pickup_date=pickup_date or _today()
         )
+        outbox_publish(
+            type=MessageType.LOAN_ISSUED, key=book_id, body=dict(_loan_body(loan, book))
+        )
+        return loan
 
 
 def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Loan:
@@ -64,7 +94,13 @@ def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Lo
         Book.objects.filter(pk=loan.book_id).update(
             on_shelf=F("on_shelf") + 1, version=F("version") + 1, updated_at=timezone.now()
         )
+        book = _shelf_changed(loan.book_id)
         loan.book.refresh_from_db()
+        outbox_publish(
+            type=MessageType.RETURN_RECEIVED,
+            key=loan.book_id,
+            body=dict(_loan_body(loan, book)),
+        )
         return loan
 
 
@@ -78,4 +114,12 @@ def stock_correct(*, book_id: int, on_shelf: int) -> Book:
         )
         if changed != 1:
             raise not_found("Book", book_id)
+        book = _shelf_changed(book_id)
+        body: StockBody = {
+            "book_id": book.pk,
+            "branch_id": book.branch_id,
+            "on_shelf": book.on_shelf,
+            "book_version": book.version,
+        }
+        outbox_publish(type=MessageType.STOCK_CORRECTED, key=book_id, body=dict(body))
         return Book.objects.get(pk=book_id)

@@ -16,6 +16,7 @@ from typing import Any
 import django_rq
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from jobs.schedule import PERIODIC_TASKS, due_tasks
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="one pass, then exit")
-        parser.add_argument("--interval", type=float, default=5.0, help="seconds per pass")
+        parser.add_argument("--interval", type=float, default=1.0, help="seconds per pass")
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stopping = False
@@ -36,7 +37,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, self._stop)
         while not self.stopping:
             for name in self.step():
-                log.info("enqueued %s", name)
+                log.debug("ran or enqueued %s", name)
             if options["once"]:
                 return
             time.sleep(options["interval"])
@@ -56,7 +57,10 @@ class Command(BaseCommand):
         now = timezone.now()
         enqueued = []
         for task in due_tasks(PERIODIC_TASKS, last, now):
-            django_rq.get_queue(task.queue).enqueue(task.func, **task.kwargs)
+            if task.inline:
+                import_string(task.func)(**task.kwargs)
+            else:
+                django_rq.get_queue(task.queue).enqueue(task.func, **task.kwargs)
             connection.hset(LAST_RUN_KEY, task.name, now.isoformat())
             enqueued.append(task.name)
         return enqueued

@@ -1,0 +1,101 @@
+"""Effects of the library's subscriptions (messaging.registry names them).
+
+Each handler runs inside the transaction that also inserts the dedup guard row, so its
+database writes happen once per message. Network effects (the broadcast) are sent
+after that transaction commits and may repeat: receivers order them by version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.db.models import Count, Sum
+
+from library.models import Book, Branch, BranchStock, Notification
+from messaging.models import OutboxMessage
+from messaging.registry import MessageType
+
+_TEXTS = {
+    MessageType.LOAN_ISSUED: "You borrowed “{title}”. Enjoy the read!",
+    MessageType.RETURN_RECEIVED: "We received “{title}” back. Thank you!",
+}
+
+
+class MessageBodyError(ValueError):
+    """The message body lacks what the handler needs; retrying will not help."""
+
+
+def _field(body: Any, name: str) -> int:
+    if not isinstance(body, dict) or not isinstance(body.get(name), int):
+        raise MessageBodyError(f"message body has no integer {name!r}")
+    value: int = body[name]
+    return value
+
+
+def notify_member(message: OutboxMessage) -> None:
+    """Write the member's notification for a loan or a return."""
+    loan_id = _field(message.body, "loan_id")
+    member_id = _field(message.body, "member_id")
+    book = Book.objects.only("title").get(pk=_field(message.body, "book_id"))
+    Notification.objects.create(
+        member_id=member_id,
+        loan_id=loan_id,
+        kind=message.type,
+        text=_TEXTS[MessageType(message.type)].format(title=book.title),
+        source_message_id=message.pk,
+    )
+
+
+def branch_stock_state(branch_id: int) -> dict[str, Any]:
+    """Return the branch's live shelf state: version, total and per-book counts."""
+    branch = Branch.objects.only("stock_version").get(pk=branch_id)
+    books = list(
+        Book.objects.filter(branch_id=branch_id).order_by("id").values_list("id", "on_shelf")
+    )
+    return {
+        "branch": branch_id,
+        "version": branch.stock_version,
+        "total": sum(n for _, n in books),
+        "books": {str(pk): n for pk, n in books},
+    }
+
+
+def refresh_branch_stock(message: OutboxMessage) -> None:
+    """Recompute the branch's totals; newer offsets win, so replays converge."""
+    branch_id = _field(message.body, "branch_id")
+    totals = Book.objects.filter(branch_id=branch_id).aggregate(
+        on_shelf=Sum("on_shelf"), titles=Count("id")
+    )
+    summary, _ = BranchStock.objects.select_for_update().get_or_create(branch_id=branch_id)
+    summary.on_shelf_total = totals["on_shelf"] or 0
+    summary.titles = totals["titles"]
+    summary.last_message_id = max(summary.last_message_id, message.pk)
+    summary.save()
+
+
+def broadcast_branch_stock(message: OutboxMessage) -> None:
+    """Send the changed book's count and the branch total to the branch's live pages."""
+    branch_id = _field(message.body, "branch_id")
+    book_id = _field(message.body, "book_id")
+    state = branch_stock_state(branch_id)
+    event = {
+        "type": "stock.update",
+        "branch": branch_id,
+        "version": state["version"],
+        "total": state["total"],
+        "book": book_id,
+        "on_shelf": state["books"].get(str(book_id), 0),
+        "offset": message.pk,
+    }
+
+    def send() -> None:
+        layer = get_channel_layer()
+        if layer is not None:
+            async_to_sync(layer.group_send)(f"branch-{branch_id}", event)
+
+    # Network I/O only once the guard row has committed. A failed send is logged, not
+    # retried: the delivery is done, and a page that misses a version resynchronises.
+    transaction.on_commit(send, robust=True)

@@ -1,0 +1,124 @@
+"""The outbox log, its deliveries (one per subscription), the dedup guard, dead letters."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from messaging.registry import MessageType
+
+
+class OutboxMessage(models.Model):
+    """An append-only log entry; its id is the offset.
+
+    Written by a library service in the same transaction as the change it describes.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    type = models.CharField(max_length=40, choices=[(t.value, t.value) for t in MessageType])
+    key = models.CharField(max_length=100)  # e.g. the book id: what ordering is per
+    body = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    relayed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # The relay's lookup of messages without deliveries yet (relay_pending).
+            models.Index(
+                fields=["id"],
+                condition=models.Q(relayed_at__isnull=True),
+                name="outbox_unrelayed",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.type} key={self.key}"
+
+
+class Delivery(models.Model):
+    """One subscription's copy of one message, with its retry state."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+        DEAD = "dead"
+
+    message = models.ForeignKey(OutboxMessage, on_delete=models.CASCADE, related_name="deliveries")
+    subscription = models.CharField(max_length=40)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)  # counted when claimed
+    available_at = models.DateTimeField()
+    leased_until = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=64, blank=True)
+    last_error = models.TextField(blank=True)
+    first_failed_at = models.DateTimeField(null=True, blank=True)
+    last_failed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "deliveries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["message", "subscription"], name="delivery_once_per_subscription"
+            )
+        ]
+        indexes = [
+            # The claim query (deliveries_claim): pending work that is due.
+            models.Index(
+                fields=["available_at", "id"],
+                condition=models.Q(status="pending"),
+                name="delivery_pending_due",
+            ),
+            models.Index(fields=["subscription", "status"], name="delivery_sub_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subscription} ← #{self.message_id} ({self.status}, {self.attempts})"
+
+
+class ProcessedMessage(models.Model):
+    """The dedup guard: committed together with a subscription's effect."""
+
+    subscription = models.CharField(max_length=40)
+    message = models.ForeignKey(OutboxMessage, on_delete=models.CASCADE)
+    processed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subscription", "message"], name="processed_once_per_subscription"
+            )
+        ]
+
+
+class DeadLetter(models.Model):
+    """A delivery that used up its attempts, kept with everything needed to redrive it."""
+
+    delivery = models.OneToOneField(Delivery, on_delete=models.CASCADE, related_name="dead_letter")
+    subscription = models.CharField(max_length=40)
+    message_type = models.CharField(max_length=40)
+    body = models.JSONField()  # the body as it was, so a redrive needs nothing else
+    attempts = models.PositiveIntegerField()
+    last_error = models.TextField()
+    first_failed_at = models.DateTimeField()
+    last_failed_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    redriven_at = models.DateTimeField(null=True, blank=True)
+    redriven_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    redrive_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-last_failed_at"]
+        indexes = [models.Index(fields=["redriven_at"], name="deadletter_open")]
+
+    def __str__(self) -> str:
+        return f"{self.subscription} ← {self.message_type} #{self.delivery.message_id}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.redriven_at is None

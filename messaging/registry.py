@@ -1,0 +1,93 @@
+"""The typed registry of message types and the subscriptions that consume them.
+
+Adding a message type means adding it here and to at least one subscription's
+``accepts``; the check at the bottom refuses to import otherwise, so an event can never
+be published into the void.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypedDict
+
+from django.core.exceptions import ImproperlyConfigured
+
+from messaging.policies import Backoff
+
+
+class MessageType(StrEnum):
+    LOAN_ISSUED = "loan_issued"
+    RETURN_RECEIVED = "return_received"
+    STOCK_CORRECTED = "stock_corrected"
+
+
+class LoanBody(TypedDict):
+    loan_id: int
+    book_id: int
+    member_id: int
+    branch_id: int
+    on_shelf: int
+    book_version: int
+
+
+class StockBody(TypedDict):
+    book_id: int
+    branch_id: int
+    on_shelf: int
+    book_version: int
+
+
+@dataclass(frozen=True)
+class Subscription:
+    name: str
+    accepts: frozenset[MessageType]
+    handler: str  # dotted path of ``handler(message) -> None``, run inside the guard's transaction
+    max_attempts: int = 5
+    backoff: Backoff = field(default_factory=Backoff)
+    # The lease (visibility timeout): a claimed delivery not finished by then is
+    # claimed again by another worker.
+    visibility: datetime.timedelta = datetime.timedelta(seconds=30)
+
+
+ALL_TYPES = frozenset(MessageType)
+
+SUBSCRIPTIONS: dict[str, Subscription] = {
+    s.name: s
+    for s in (
+        Subscription(
+            name="notification",
+            accepts=frozenset({MessageType.LOAN_ISSUED, MessageType.RETURN_RECEIVED}),
+            handler="library.subscribers.notify_member",
+        ),
+        Subscription(
+            name="stock_summary",
+            accepts=ALL_TYPES,
+            handler="library.subscribers.refresh_branch_stock",
+        ),
+        Subscription(
+            name="broadcast",
+            accepts=ALL_TYPES,
+            handler="library.subscribers.broadcast_branch_stock",
+            # A broadcast is worth little once stale: give up sooner.
+            max_attempts=3,
+            backoff=Backoff(base_ms=200, cap_ms=2_000),
+        ),
+    )
+}
+
+
+def subscriptions_for(message_type: str) -> list[Subscription]:
+    """Return the subscriptions whose filter accepts ``message_type``."""
+    return [s for s in SUBSCRIPTIONS.values() if message_type in s.accepts]
+
+
+def check_registry() -> None:
+    """Refuse a message type that no subscription would ever see."""
+    unhandled = sorted(t.value for t in MessageType if not subscriptions_for(t))
+    if unhandled:
+        raise ImproperlyConfigured(f"message types without a subscription: {unhandled}")
+
+
+check_registry()

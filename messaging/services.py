@@ -1,0 +1,329 @@
+"""The messaging spine: publish into the outbox, relay into deliveries, claim, process.
+
+Guarantees, and where each comes from:
+- A message exists iff the change it describes committed (``outbox_publish`` runs in
+  the caller's transaction).
+- Every accepting subscription gets exactly one delivery (unique constraint; a second
+  relay of the same message inserts nothing).
+- Every effect happens at most once per subscription and message (the guard row
+  commits with the effect), and at least once while attempts remain (leases expire,
+  the sweep re-nudges): together, exactly once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import random
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
+from messaging.registry import SUBSCRIPTIONS, MessageType, Subscription, subscriptions_for
+
+log = logging.getLogger("messaging")
+
+Handler = Callable[[OutboxMessage], None]
+_random = random.SystemRandom()
+
+
+def outbox_publish(*, type: MessageType, key: str | int, body: dict[str, Any]) -> OutboxMessage:
+    """Append a message to the outbox. Call inside the transaction of the change.
+
+    The relay is nudged after commit; a rollback takes the message with it.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("outbox_publish must run inside the change's transaction")
+    message = OutboxMessage.objects.create(type=type.value, key=str(key), body=body)
+    # Imported here: tasks import this module.
+    from messaging.tasks import nudge_drain
+
+    transaction.on_commit(nudge_drain)
+    return message
+
+
+# --- Relay -----------------------------------------------------------------------------
+
+
+def relay_pending(*, limit: int = 500) -> int:
+    """Write the deliveries of messages not relayed yet; return how many messages.
+
+    Safe to run concurrently: the unique constraint makes a second copy a no-op.
+    """
+    with transaction.atomic():
+        messages = list(
+            OutboxMessage.objects.filter(relayed_at__isnull=True).order_by("id")[:limit]
+        )
+        if not messages:
+            return 0
+        now = timezone.now()
+        deliveries = [
+            Delivery(message=m, subscription=s.name, available_at=now)
+            for m in messages
+            for s in subscriptions_for(m.type)
+        ]
+        Delivery.objects.bulk_create(deliveries, ignore_conflicts=True, batch_size=500)
+        OutboxMessage.objects.filter(pk__in=[m.pk for m in messages]).update(relayed_at=now)
+    return len(messages)
+
+
+# --- Claim -----------------------------------------------------------------------------
+
+
+def _due(now: datetime.datetime) -> Q:
+    return Q(status=Delivery.Status.PENDING, available_at__lte=now) & (
+        Q(leased_until__isnull=True) | Q(leased_until__lt=now)
+    )
+
+
+def deliveries_claim(
+    *, owner: str, limit: int, now: datetime.datetime | None = None
+) -> list[Delivery]:
+    """Lease up to ``limit`` due deliveries to ``owner``; count the attempt now.
+
+    Counting at claim time is what isolates a message that kills its worker: the
+    count grows even though the worker never gets to record a failure.
+
+    Deliveries that were tried before are claimed one at a time: if one of them kills
+    the worker, it takes no innocent batch-mates' attempts with it.
+    """
+    now = now or timezone.now()
+    fresh = _claim(owner=owner, now=now, limit=limit, retried=False)
+    if fresh:
+        return fresh
+    return _claim(owner=owner, now=now, limit=1, retried=True)
+
+
+def _claim(*, owner: str, now: datetime.datetime, limit: int, retried: bool) -> list[Delivery]:
+    due = Delivery.objects.filter(_due(now))
+    due = due.filter(attempts__gt=0) if retried else due.filter(attempts=0)
+    if connection.vendor == "postgresql":
+        return _claim_skip_locked(due, owner=owner, now=now, limit=limit)
+    return _claim_compare_and_set(due, owner=owner, now=now, limit=limit)
+
+
+def _lease_fields(owner: str, now: datetime.datetime) -> dict[str, Any]:
+    return {"attempts": F("attempts") + 1, "lease_owner": owner, "leased_until": now}
+
+
+def _claim_skip_locked(due: Any, *, owner: str, now: datetime.datetime, limit: int) -> list[Delivery]:
+    with transaction.atomic():
+        rows = list(
+            due.select_related("message")
+            .select_for_update(skip_locked=True, of=("self",))
+            .order_by("available_at", "id")[:limit]
+        )
+        for row in rows:
+            row.leased_until = now + SUBSCRIPTIONS[row.subscription].visibility
+            row.attempts += 1
+            row.lease_owner = owner
+        Delivery.objects.bulk_update(rows, ["leased_until", "attempts", "lease_owner"])
+    return rows
+
+
+def _claim_compare_and_set(
+    due: Any, *, owner: str, now: datetime.datetime, limit: int
+) -> list[Delivery]:
+    candidates = list(due.order_by("available_at", "id").values_list("id", "attempts", "subscription")[:limit])
+    claimed_ids = []
+    for pk, attempts, subscription in candidates:
+        lease = now + SUBSCRIPTIONS[subscription].visibility
+        # The row count says whether another worker claimed it first.
+        won = (
+            Delivery.objects.filter(_due(now), pk=pk, attempts=attempts)
+            .update(attempts=attempts + 1, lease_owner=owner, leased_until=lease)
+        )
+        if won == 1:
+            claimed_ids.append(pk)
+    return list(Delivery.objects.filter(pk__in=claimed_ids).select_related("message").order_by("id"))
+
+
+# --- Process ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    delivery_id: int
+    result: str  # "done", "duplicate", "retry", "dead", "lost_lease"
+
+
+def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
+    """Run one claimed delivery's effect exactly once, or record why it failed.
+
+    1. Past its attempts (the worker died on the last one): dead letter, no run.
+    2. Guard row + effect + done mark commit together; a guard already present means
+       another worker finished it: mark done, no second effect.
+    3. On an exception: schedule the retry with backoff, or dead-letter at the limit.
+    """
+    subscription = SUBSCRIPTIONS[delivery.subscription]
+    if delivery.attempts > subscription.max_attempts:
+        _dead_letter(delivery, subscription, "the worker died during the last attempt")
+        return Outcome(delivery.pk, "dead")
+    handler: Handler = import_string(subscription.handler)
+    try:
+        with transaction.atomic():
+            try:
+                with transaction.atomic():
+                    ProcessedMessage.objects.create(
+                        subscription=delivery.subscription, message_id=delivery.message_id
+                    )
+            except IntegrityError:
+                _mark_done(delivery, owner)
+                return Outcome(delivery.pk, "duplicate")
+            handler(delivery.message)
+            if not _mark_done(delivery, owner):
+                # Our lease ran out and another worker owns the row now: undo our
+                # effect and let the owner finish (its guard insert will succeed).
+                raise _LeaseLost
+    except _LeaseLost:
+        return Outcome(delivery.pk, "lost_lease")
+    except Exception as error:  # noqa: BLE001 - any handler failure is retried
+        return _record_failure(delivery, subscription, error)
+    return Outcome(delivery.pk, "done")
+
+
+class _LeaseLost(Exception):
+    pass
+
+
+def _mark_done(delivery: Delivery, owner: str) -> bool:
+    return (
+        Delivery.objects.filter(pk=delivery.pk, lease_owner=owner, status=Delivery.Status.PENDING)
+        .update(status=Delivery.Status.DONE, done_at=timezone.now(), leased_until=None)
+        == 1
+    )
+
+
+def _error_text(error: BaseException) -> str:
+    last = traceback.format_exception_only(type(error), error)[-1].strip()
+    return last[:2000]
+
+
+def _record_failure(delivery: Delivery, subscription: Subscription, error: Exception) -> Outcome:
+    text = _error_text(error)
+    log.warning("delivery %s (%s) attempt %s failed: %s",
+                delivery.pk, delivery.subscription, delivery.attempts, text)  # fmt: skip
+    if delivery.attempts >= subscription.max_attempts:
+        _dead_letter(delivery, subscription, text)
+        return Outcome(delivery.pk, "dead")
+    now = timezone.now()
+    wait = subscription.backoff.full_jitter_ms(delivery.attempts, _random.random)
+    Delivery.objects.filter(pk=delivery.pk, status=Delivery.Status.PENDING).update(
+        available_at=now + datetime.timedelta(milliseconds=wait),
+        leased_until=None,
+        last_error=text,
+        first_failed_at=delivery.first_failed_at or now,
+        last_failed_at=now,
+    )
+    return Outcome(delivery.pk, "retry")
+
+
+def _dead_letter(delivery: Delivery, subscription: Subscription, error: str) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        Delivery.objects.filter(pk=delivery.pk).update(
+            status=Delivery.Status.DEAD,
+            leased_until=None,
+            last_error=error,
+            first_failed_at=delivery.first_failed_at or now,
+            last_failed_at=now,
+        )
+        DeadLetter.objects.update_or_create(
+            delivery=delivery,
+            defaults={
+                "subscription": subscription.name,
+                "message_type": delivery.message.type,
+                "body": delivery.message.body,
+                "attempts": delivery.attempts,
+                "last_error": error,
+                "first_failed_at": delivery.first_failed_at or now,
+                "last_failed_at": now,
+                "redriven_at": None,
+            },
+        )
+    log.error("delivery %s (%s) dead-lettered after %s attempts: %s",
+              delivery.pk, subscription.name, delivery.attempts, error)  # fmt: skip
+
+
+# --- Drain -----------------------------------------------------------------------------
+
+
+@dataclass
+class DrainReport:
+    relayed: int = 0
+    done: int = 0
+    duplicates: int = 0
+    retried: int = 0
+    dead: int = 0
+    lost_leases: int = 0
+
+    def add(self, outcome: Outcome) -> None:
+        field = {"done": "done", "duplicate": "duplicates", "retry": "retried",
+                 "dead": "dead", "lost_lease": "lost_leases"}[outcome.result]  # fmt: skip
+        setattr(self, field, getattr(self, field) + 1)
+
+
+def messaging_drain(*, owner: str, batch: int = 20, budget_seconds: float = 10.0) -> DrainReport:
+    """Relay and process until nothing is due or the time budget is spent.
+
+    One step: relay new messages, claim a batch, process it. The budget keeps one rq
+    job from holding a worker forever; the caller re-nudges when work remains.
+    """
+    report = DrainReport()
+    started = timezone.now()
+    deadline = started + datetime.timedelta(seconds=budget_seconds)
+    while timezone.now() < deadline:
+        report.relayed += relay_pending()
+        claimed = deliveries_claim(owner=owner, limit=batch)
+        if not claimed:
+            break
+        for delivery in claimed:
+            report.add(delivery_process(delivery, owner=owner))
+    return report
+
+
+def work_remaining(now: datetime.datetime | None = None) -> bool:
+    """Return whether anything is waiting for a drain right now."""
+    now = now or timezone.now()
+    return (
+        OutboxMessage.objects.filter(relayed_at__isnull=True).exists()
+        or Delivery.objects.filter(_due(now)).exists()
+    )
+
+
+# --- Dead letters ----------------------------------------------------------------------
+
+
+def deadletter_redrive(*, ids: Iterable[int], user: AbstractBaseUser | None) -> int:
+    """Send dead letters back: attempts reset, available now; return how many.
+
+    Only open dead letters are redriven, so a double click redrives once.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        letters = list(
+            DeadLetter.objects.select_for_update()
+            .filter(pk__in=list(ids), redriven_at__isnull=True)
+            .select_related("delivery")
+        )
+        for letter in letters:
+            Delivery.objects.filter(pk=letter.delivery_id).update(
+                status=Delivery.Status.PENDING, attempts=0, available_at=now,
+                leased_until=None, lease_owner="",
+            )  # fmt: skip
+        DeadLetter.objects.filter(pk__in=[x.pk for x in letters]).update(
+            redriven_at=now, redriven_by=user, redrive_count=F("redrive_count") + 1
+        )
+        if letters:
+            from messaging.tasks import nudge_drain
+
+            transaction.on_commit(nudge_drain)
+    return len(letters)

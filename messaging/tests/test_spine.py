@@ -1,0 +1,215 @@
+"""The outbox, the relay, claims, effects, retries and dead letters, in one process."""
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+
+from library.errors import LibraryError
+from library.models import Book, BranchStock, Notification
+from library.services import loan_issue, loan_return, stock_correct
+from messaging import registry
+from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
+from messaging.services import (
+    deadletter_redrive,
+    deliveries_claim,
+    delivery_process,
+    messaging_drain,
+    outbox_publish,
+    relay_pending,
+)
+from messaging.tests.conftest import make_due
+
+pytestmark = pytest.mark.django_db
+
+
+def drain() -> None:
+    messaging_drain(owner="test-worker", budget_seconds=30)
+
+
+def test_issue_writes_outbox_row_in_same_transaction(library_rows):
+    loan = loan_issue(book_id=1, member_id=1)
+    (message,) = OutboxMessage.objects.all()
+    assert message.type == "loan_issued"
+    assert message.key == "1"
+    assert message.body == {
+        "loan_id": loan.pk, "book_id": 1, "member_id": 1, "branch_id": 2,
+        "on_shelf": 2, "book_version": 2,
+    }  # fmt: skip
+
+
+def test_rolled_back_change_leaves_no_message(library_rows):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        loan_issue(book_id=1, member_id=1)
+        raise RuntimeError("the caller's transaction fails after the service")
+    assert not OutboxMessage.objects.exists()
+    assert Book.objects.get(pk=1).on_shelf == 3
+
+
+def test_refused_change_publishes_nothing(library_rows):
+    Book.objects.filter(pk=1).update(on_shelf=0)
+    with pytest.raises(LibraryError):
+        loan_issue(book_id=1, member_id=1)
+    assert not OutboxMessage.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_publish_outside_a_transaction_is_refused(library_rows):
+    with pytest.raises(RuntimeError, match="inside the change's transaction"):
+        outbox_publish(type=registry.MessageType.LOAN_ISSUED, key=1, body={})
+
+
+def test_nudge_is_sent_only_after_commit(library_rows, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        loan_issue(book_id=1, member_id=1)
+    assert [c.__name__ for c in callbacks] == ["nudge_drain"]
+
+
+def test_relay_writes_one_delivery_per_accepting_subscription(library_rows):
+    loan_issue(book_id=1, member_id=1)
+    stock_correct(book_id=2, on_shelf=5)
+    assert relay_pending() == 2
+    assert relay_pending() == 0  # nothing left, and no second copy
+    subs = sorted(Delivery.objects.values_list("message__type", "subscription"))
+    assert subs == [
+        ("loan_issued", "broadcast"), ("loan_issued", "notification"),
+        ("loan_issued", "stock_summary"),
+        ("stock_corrected", "broadcast"), ("stock_corrected", "stock_summary"),
+    ]  # fmt: skip
+
+
+def test_relaying_the_same_message_twice_adds_no_copy(library_rows):
+    loan_issue(book_id=1, member_id=1)
+    relay_pending()
+    OutboxMessage.objects.update(relayed_at=None)  # as if a second relay raced the first
+    relay_pending()
+    assert Delivery.objects.count() == 3
+
+
+def test_drain_runs_every_effect_once(library_rows):
+    loan = loan_issue(book_id=1, member_id=2)
+    loan_return(loan_id=loan.pk)
+    drain()
+    assert Delivery.objects.exclude(status="done").count() == 0
+    texts = list(Notification.objects.order_by("id").values_list("kind", "member_id"))
+    assert texts == [("loan_issued", 2), ("return_received", 2)]
+    summary = BranchStock.objects.get(branch_id=2)
+    assert summary.on_shelf_total == 9
+    assert summary.last_message_id == OutboxMessage.objects.latest("id").pk
+
+
+def test_attempt_is_counted_at_claim_time(library_rows):
+    loan_issue(book_id=1, member_id=1)
+    relay_pending()
+    claimed = deliveries_claim(owner="w1", limit=10)
+    assert {d.attempts for d in claimed} == {1}
+    assert set(Delivery.objects.values_list("attempts", flat=True)) == {1}
+    assert deliveries_claim(owner="w2", limit=10) == []  # leased to w1
+
+
+def test_redelivered_message_has_no_second_effect(library_rows):
+    loan_issue(book_id=1, member_id=1)
+    drain()
+    delivery = Delivery.objects.get(subscription="notification")
+    # Simulate a worker that ran the effect but died before the done mark was seen.
+    Delivery.objects.filter(pk=delivery.pk).update(status="pending")
+    make_due(delivery)
+    (again,) = [d for d in deliveries_claim(owner="w2", limit=10) if d.pk == delivery.pk]
+    assert delivery_process(again, owner="w2").result == "duplicate"
+    assert Notification.objects.count() == 1
+    assert Delivery.objects.get(pk=delivery.pk).status == "done"
+
+
+def broken_handler(message):
+    raise LookupError(f"member not found (message {message.pk})")
+
+
+@pytest.fixture
+def broken_notifications(monkeypatch):
+    sub = registry.SUBSCRIPTIONS["notification"]
+    monkeypatch.setitem(
+        registry.SUBSCRIPTIONS,
+        "notification",
+        registry.Subscription(
+            name=sub.name, accepts=sub.accepts, max_attempts=3,
+            handler="messaging.tests.test_spine.broken_handler",
+        ),
+    )  # fmt: skip
+
+
+def test_failure_is_retried_with_backoff_then_dead_lettered(library_rows, broken_notifications):
+    loan_issue(book_id=1, member_id=1)
+    drain()
+    delivery = Delivery.objects.get(subscription="notification")
+    assert (delivery.status, delivery.attempts) == ("pending", 1)
+    assert delivery.last_error == "LookupError: member not found (message 1)"
+    assert delivery.available_at >= delivery.last_failed_at  # waits for its backoff
+    for _ in range(2):
+        make_due(delivery)
+        drain()
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == ("dead", 3)
+    letter = DeadLetter.objects.get()
+    assert letter.body == OutboxMessage.objects.get().body
+    assert (letter.message_type, letter.subscription, letter.attempts) == (
+        "loan_issued", "notification", 3,
+    )  # fmt: skip
+    assert letter.last_error.startswith("LookupError")
+    assert letter.first_failed_at <= letter.last_failed_at
+    # The other subscriptions were not held back by the broken one.
+    assert Delivery.objects.filter(status="done").count() == 2
+
+
+def test_redrive_after_the_fix_processes_the_letter(library_rows, broken_notifications, django_user_model):
+    loan_issue(book_id=1, member_id=1)
+    for _ in range(3):
+        make_due(*Delivery.objects.all())
+        drain()
+    letter = DeadLetter.objects.get()
+    operator = django_user_model.objects.create_user("op", is_staff=True)
+    registry.SUBSCRIPTIONS["notification"] = registry.Subscription(
+        name="notification", accepts=registry.SUBSCRIPTIONS["notification"].accepts,
+        handler="library.subscribers.notify_member",
+    )  # fmt: skip  (monkeypatch restores the original after the test)
+    assert deadletter_redrive(ids=[letter.pk], user=operator) == 1
+    assert deadletter_redrive(ids=[letter.pk], user=operator) == 0  # once only
+    delivery = Delivery.objects.get(pk=letter.delivery_id)
+    assert (delivery.status, delivery.attempts) == ("pending", 0)
+    drain()
+    assert Notification.objects.count() == 1
+    letter.refresh_from_db()
+    assert letter.redriven_by == operator
+    assert letter.redrive_count == 1
+
+
+def test_delivery_past_its_attempts_is_isolated_without_running(library_rows):
+    loan_issue(book_id=1, member_id=1)
+    relay_pending()
+    delivery = Delivery.objects.get(subscription="notification")
+    # Five claims whose workers all died: the attempts were counted, nothing recorded.
+    Delivery.objects.filter(pk=delivery.pk).update(attempts=5)
+    make_due(delivery)
+    drain()
+    delivery.refresh_from_db()
+    assert delivery.status == "dead"
+    assert "worker died" in DeadLetter.objects.get().last_error
+    assert not Notification.objects.exists()
+    assert not ProcessedMessage.objects.filter(subscription="notification").exists()
+
+
+def test_unparseable_body_goes_to_dead_letters_and_the_rest_flow(library_rows):
+    with transaction.atomic():
+        outbox_publish(type=registry.MessageType.LOAN_ISSUED, key=1, body={"loan": "??"})
+    loan_issue(book_id=2, member_id=1)
+    for _ in range(5):
+        make_due(*Delivery.objects.filter(status="pending"))
+        drain()
+    dead = DeadLetter.objects.filter(delivery__message__body={"loan": "??"})
+    assert {d.subscription for d in dead} == {"notification", "stock_summary", "broadcast"}
+    assert all("no integer" in d.last_error for d in dead)
+    assert Notification.objects.count() == 1  # the well-formed loan went through
+
+
+def test_registry_refuses_an_unhandled_type(monkeypatch):
+    monkeypatch.setattr(registry, "SUBSCRIPTIONS", {})
+    with pytest.raises(ImproperlyConfigured, match="loan_issued"):
+        registry.check_registry()
