@@ -10,3 +10,9 @@ os.environ.setdefault("DEBUG", "true")
 os.environ.setdefault("LIBRARY_REDIS_DB", "15")
 
 from config.settings import *  # noqa: E402,F403
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    # One file per test run, so two runs on one machine never share (and delete) it.
+    DATABASES["default"]["TEST"] = {  # noqa: F405
+        "NAME": str(VAR_DIR / f"test-library-{os.getpid()}.sqlite3")  # noqa: F405
+    }
