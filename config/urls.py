@@ -9,6 +9,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("course/", include("course.urls")),
     path("jobs/", include("jobs.urls")),
+    path("", include("realtime.urls")),
     path("", include("library.urls")),
 ]
 

@@ -1,0 +1,127 @@
+"""WebSocket consumers.
+
+LiveStockConsumer serves /ws/branches/<id>/stock/: a snapshot with a version on
+connect, then the branch's updates as the broadcast subscription sends them. The
+channel layer may drop a message, so every update carries the branch's stock version;
+a client that sees a gap asks for a new snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import close_old_connections
+
+from library.errors import LibraryError
+from library.models import Book, Branch
+from library.services import stock_correct
+from library.subscribers import branch_stock_state
+
+log = logging.getLogger("realtime")
+
+MAX_FRAME_BYTES = 4096
+MAX_SHELF_COUNT = 10_000
+CLOSE_TOO_BIG = 1009
+CLOSE_NOT_FOUND = 4404
+
+
+def _snapshot(branch_id: int) -> dict[str, Any]:
+    close_old_connections()  # a long-lived consumer must not reuse a dead connection
+    state = branch_stock_state(branch_id)
+    titles = dict(Book.objects.filter(branch_id=branch_id).values_list("id", "title"))
+    books = [
+        {"id": int(pk), "title": titles[int(pk)], "on_shelf": n}
+        for pk, n in state["books"].items()
+    ]
+    return {"type": "snapshot", "branch": branch_id, "version": state["version"],
+            "total": state["total"], "books": books}  # fmt: skip
+
+
+def _correct(branch_id: int, book_id: int, on_shelf: int) -> int:
+    close_old_connections()
+    if not Book.objects.filter(pk=book_id, branch_id=branch_id).exists():
+        raise LibraryError(f"Book #{book_id} is not in this branch.", status=404)
+    return stock_correct(book_id=book_id, on_shelf=on_shelf).on_shelf
+
+
+def _branch_exists(branch_id: int) -> bool:
+    close_old_connections()
+    return Branch.objects.filter(pk=branch_id).exists()
+
+
+class LiveStockConsumer(AsyncWebsocketConsumer):
+    branch_id: int
+    group: str
+
+    async def connect(self) -> None:
+        self.branch_id = int(self.scope["url_route"]["kwargs"]["branch_id"])
+        self.group = f"branch-{self.branch_id}"
+        if not await database_sync_to_async(_branch_exists)(self.branch_id):
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        await self._send(await database_sync_to_async(_snapshot)(self.branch_id))
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
+        if size > MAX_FRAME_BYTES:
+            await self.close(code=CLOSE_TOO_BIG)
+            return
+        if text_data is None:
+            await self._error("binary frames are not understood; send JSON text")
+            return
+        try:
+            request = json.loads(text_data)
+        except ValueError:
+            await self._error("invalid JSON")
+            return
+        if not isinstance(request, dict):
+            await self._error("a request is a JSON object with an action")
+            return
+        action = request.get("action")
+        if action == "snapshot":
+            await self._send(await database_sync_to_async(_snapshot)(self.branch_id))
+        elif action == "correct":
+            await self._handle_correct(request)
+        else:
+            await self._error(f"unknown action {str(action)[:40]!r}")
+
+    async def _handle_correct(self, request: dict[str, Any]) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_staff:
+            await self._error("only staff can correct a shelf count", code="forbidden")
+            return
+        book_id, on_shelf = request.get("book"), request.get("on_shelf")
+        valid = (
+            isinstance(book_id, int) and isinstance(on_shelf, int)
+            and not isinstance(on_shelf, bool) and 0 <= on_shelf <= MAX_SHELF_COUNT
+        )  # fmt: skip
+        if not valid:
+            await self._error(f"book and on_shelf must be integers, 0 ≤ on_shelf ≤ {MAX_SHELF_COUNT}")
+            return
+        try:
+            count = await database_sync_to_async(_correct)(self.branch_id, book_id, on_shelf)
+        except LibraryError as error:
+            await self._error(error.message, code=error.code)
+            return
+        log.info("shelf count of book %s set to %s by %s", book_id, count, user)
+        await self._send({"type": "corrected", "book": book_id, "on_shelf": count})
+
+    async def stock_update(self, event: dict[str, Any]) -> None:
+        """Forward a broadcast from the channel layer (group message type stock.update)."""
+        await self._send({**event, "type": "update"})
+
+    async def _error(self, message: str, *, code: str = "bad_request") -> None:
+        await self._send({"type": "error", "code": code, "error": message})
+
+    async def _send(self, payload: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps(payload, separators=(",", ":")))

@@ -1,0 +1,143 @@
+// Live shelf page: one WebSocket per tab, a versioned snapshot, updates applied in
+// version order. Any gap (a dropped broadcast, a reconnect) triggers a new snapshot.
+(function () {
+  "use strict";
+  const root = document.querySelector("[data-live]");
+  if (!root) return;
+  const staff = root.dataset.staff === "true";
+  const $ = (sel) => root.querySelector(sel);
+  const statusBadge = document.querySelector("[data-live-status]");
+  const state = { version: -1, books: new Map(), total: 0, updates: 0, resyncs: 0 };
+  let socket = null;
+  let retries = 0;
+
+  function setStatus(name, text) {
+    statusBadge.dataset.state = name;
+    statusBadge.textContent = text;
+  }
+
+  function showError(text) {
+    const box = $("[data-live-error]");
+    box.textContent = text;
+    box.hidden = !text;
+  }
+
+  function row(book) {
+    const tr = document.createElement("tr");
+    tr.dataset.book = book.id;
+    const cells = [String(book.id), book.title, String(book.on_shelf)];
+    cells.forEach((text, i) => {
+      const td = document.createElement("td");
+      td.textContent = text;
+      if (i === 0) td.className = "muted";
+      if (i === 2) { td.className = "num"; td.dataset.count = ""; }
+      tr.appendChild(td);
+    });
+    if (staff) tr.appendChild(correctionCell(book));
+    return tr;
+  }
+
+  function correctionCell(book) {
+    const td = document.createElement("td");
+    const form = document.createElement("form");
+    form.className = "live-correct";
+    const input = document.createElement("input");
+    Object.assign(input, { type: "number", min: "0", max: "10000", required: true,
+                           value: String(book.on_shelf), name: "on_shelf" });
+    input.setAttribute("aria-label", "New shelf count for " + book.title);
+    const button = document.createElement("button");
+    button.className = "btn btn-sm";
+    button.textContent = "Set";
+    form.append(input, button);
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      send({ action: "correct", book: book.id, on_shelf: Number(input.value) });
+    });
+    td.appendChild(form);
+    return td;
+  }
+
+  function renderAll() {
+    const body = $("[data-live-rows]");
+    body.replaceChildren(...[...state.books.values()].map(row));
+    renderStats();
+  }
+
+  function renderStats() {
+    $("[data-live-total]").textContent = String(state.total);
+    $("[data-live-version]").textContent = String(state.version);
+    $("[data-live-updates]").textContent = String(state.updates);
+    $("[data-live-resyncs]").textContent = String(state.resyncs);
+  }
+
+  function applySnapshot(msg) {
+    state.version = msg.version;
+    state.total = msg.total;
+    state.books = new Map(msg.books.map((b) => [b.id, b]));
+    renderAll();
+  }
+
+  function applyUpdate(msg) {
+    if (msg.version <= state.version) return; // already reflected by a newer state
+    if (msg.version !== state.version + 1) {
+      // A broadcast was missed (or several changes landed together): ask for the truth.
+      state.resyncs += 1;
+      send({ action: "snapshot" });
+      renderStats();
+      return;
+    }
+    state.version = msg.version;
+    state.total = msg.total;
+    state.updates += 1;
+    const book = state.books.get(msg.book);
+    if (book) {
+      book.on_shelf = msg.on_shelf;
+      const tr = $(`tr[data-book="${msg.book}"]`);
+      if (tr) {
+        tr.querySelector("[data-count]").textContent = String(msg.on_shelf);
+        const input = tr.querySelector("input[name=on_shelf]");
+        if (input && document.activeElement !== input) input.value = String(msg.on_shelf);
+        tr.classList.remove("changed");
+        void tr.offsetWidth; // restart the flash animation
+        tr.classList.add("changed");
+      }
+    }
+    renderStats();
+  }
+
+  function send(payload) {
+    if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(payload));
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + location.host + root.dataset.socketPath);
+    setStatus("connecting", "connecting…");
+    socket.addEventListener("open", () => {
+      retries = 0;
+      setStatus("open", "live");
+      showError("");
+    });
+    socket.addEventListener("message", (event) => {
+      let msg;
+      try { msg = JSON.parse(event.data); } catch (e) { return; }
+      if (msg.type === "snapshot") applySnapshot(msg);
+      else if (msg.type === "update") applyUpdate(msg);
+      else if (msg.type === "error") showError(msg.error);
+      else if (msg.type === "corrected") showError("");
+    });
+    socket.addEventListener("close", (event) => {
+      setStatus("closed", "reconnecting…");
+      if (event.code === 4404) { showError("This branch does not exist."); return; }
+      // Capped exponential backoff with full jitter, so a server restart does not
+      // bring every tab back in the same instant.
+      const ceiling = Math.min(10000, 250 * 2 ** retries);
+      retries += 1;
+      setTimeout(connect, Math.random() * ceiling);
+    });
+  }
+
+  // For tests and the curious: the page's state and a way to drop the socket.
+  window.liveShelf = { state, reconnect: () => socket && socket.close() };
+  connect();
+})();
