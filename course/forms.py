@@ -13,7 +13,8 @@ class LabForm(forms.Form):
     """One text field per parameter, parsed with the same rules as ``lab --set``.
 
     Text fields (not IntegerField) keep one parser for the form and the command line,
-    so both give the same one-line reasons for the same bad value.
+    so both give the same one-line reasons for the same bad value. A field left empty
+    (or not sent at all) keeps the lab's default, as an omitted ``--set`` does.
     """
 
     def __init__(self, lab: Lab, *args: Any, **kwargs: Any) -> None:
@@ -29,6 +30,7 @@ class LabForm(forms.Form):
                 initial=param.text(param.default),
                 help_text=f"{param.help} ({param.describe_range()})",
                 max_length=param.max_length,
+                required=False,
                 strip=True,
                 widget=forms.TextInput(attrs=attrs),
             )
@@ -38,8 +40,8 @@ class LabForm(forms.Form):
         values: Params = {}
         for param in self.lab.params:
             text = cleaned.get(param.name)
-            if text is None:
-                continue  # the field already carries its own error
+            if not text:
+                continue  # empty: the default applies (or the field has its error)
             try:
                 values[param.name] = param.parse(text)
             except ParamError as error:

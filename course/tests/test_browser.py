@@ -1,0 +1,123 @@
+"""Drive the lab from a real browser against real daphne and rq worker processes."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from course.tests.processes import (
+    ROOT,
+    child_env,
+    free_port,
+    manage,
+    stop,
+    wait_for_port,
+)
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SHOTS = ROOT / "screenshots"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.processes,
+    pytest.mark.skipif(
+        shutil.which(CHROMIUM) is None, reason="chromium is not installed"
+    ),
+]
+
+
+@pytest.fixture
+def live_site(transactional_db, redis_client):
+    """A daphne server and an rq worker on the test database; yields the base URL."""
+    env = child_env()
+    port = free_port()
+    server = subprocess.Popen(
+        [*manage()[:1], "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "config.asgi:application"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        manage("rqworker", "labs"),
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, server)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(worker)
+        stop(server)
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS
+        )
+        yield chromium
+        chromium.close()
+
+
+def test_run_cache_layers_in_the_browser(live_site, browser):
+    SHOTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    page.goto(f"{live_site}/course/")
+    page.screenshot(path=str(SHOTS / "course-index-desktop.png"), full_page=True)
+
+    page.goto(f"{live_site}/course/cache-layers/")
+    page.click("[data-run]")
+    page.wait_for_selector('table.data[data-table="repetition"]', timeout=30_000)
+    origin = page.locator(
+        'table[data-table="repetition"] td[data-column="origin_queries"]'
+    )
+    assert origin.inner_text() == "600"
+    chain_origin = page.locator('table[data-table="chain"] tr', has_text="origin")
+    assert "53" in chain_origin.inner_text()
+    assert (
+        page.locator(
+            'table[data-table="repetition"] td[data-column="unique_keys"]'
+        ).inner_text()
+        == "53"
+    )
+    assert page.locator("svg.lab-chart-svg rect").count() == 4
+    assert page.locator("[data-state]").inner_text() == "done"
+    assert "?job=" in page.url
+    page.wait_for_timeout(600)  # let the progress bar finish its transition
+    page.screenshot(path=str(SHOTS / "lesson-cache-layers-desktop.png"), full_page=True)
+
+    # A reload resumes from the address and shows the finished run again.
+    page.reload()
+    page.wait_for_selector("svg.lab-chart-svg", timeout=10_000)
+    assert page.locator('td[data-column="unique_keys"]').inner_text() == "53"
+
+    # A value the experiment cannot run with is answered beside its field.
+    page.fill("#id_users", "0")
+    page.click("[data-run]")
+    page.wait_for_selector('[data-field="users"].has-error')
+    assert (
+        "at least 1" in page.locator('[data-field="users"] .field-error').inner_text()
+    )
+
+    phone = browser.new_page(viewport={"width": 390, "height": 844})
+    phone.goto(f"{live_site}/course/")
+    phone.screenshot(path=str(SHOTS / "course-index-phone.png"), full_page=True)
+    phone.goto(f"{live_site}/course/message-queues/")
+    phone.click("[data-run]")
+    phone.wait_for_selector('table.data[data-table="depth"]', timeout=30_000)
+    phone.wait_for_timeout(600)
+    phone.screenshot(
+        path=str(SHOTS / "lesson-message-queues-phone.png"), full_page=True
+    )
+    assert errors == []
