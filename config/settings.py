@@ -135,6 +135,10 @@ RQ_QUEUES = {
 RQ = {"COMMIT_MODE": "on_db_commit"}
 RQ_SHOW_ADMIN_LINK = True
 
+# The messaging lease (visibility timeout): how long a claimed delivery stays hidden
+# from other workers before it is considered abandoned.
+MESSAGING_LEASE_SECONDS = env_int("MESSAGING_LEASE_SECONDS", 30, minimum=1)
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",

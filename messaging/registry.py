@@ -47,8 +47,8 @@ class Subscription:
     max_attempts: int = 5
     backoff: Backoff = field(default_factory=Backoff)
     # The lease (visibility timeout): a claimed delivery not finished by then is
-    # claimed again by another worker.
-    visibility: datetime.timedelta = datetime.timedelta(seconds=30)
+    # claimed again by another worker. None: settings.MESSAGING_LEASE_SECONDS.
+    visibility: datetime.timedelta | None = None
 
 
 ALL_TYPES = frozenset(MessageType)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
@@ -110,8 +111,9 @@ def _claim(*, owner: str, now: datetime.datetime, limit: int, retried: bool) -> 
     return _claim_compare_and_set(due, owner=owner, now=now, limit=limit)
 
 
-def _lease_fields(owner: str, now: datetime.datetime) -> dict[str, Any]:
-    return {"attempts": F("attempts") + 1, "lease_owner": owner, "leased_until": now}
+def _lease(subscription_name: str) -> datetime.timedelta:
+    own = SUBSCRIPTIONS[subscription_name].visibility
+    return own if own is not None else datetime.timedelta(seconds=settings.MESSAGING_LEASE_SECONDS)
 
 
 def _claim_skip_locked(due: Any, *, owner: str, now: datetime.datetime, limit: int) -> list[Delivery]:
@@ -122,7 +124,7 @@ def _claim_skip_locked(due: Any, *, owner: str, now: datetime.datetime, limit: i
             .order_by("available_at", "id")[:limit]
         )
         for row in rows:
-            row.leased_until = now + SUBSCRIPTIONS[row.subscription].visibility
+            row.leased_until = now + _lease(row.subscription)
             row.attempts += 1
             row.lease_owner = owner
         Delivery.objects.bulk_update(rows, ["leased_until", "attempts", "lease_owner"])
@@ -135,7 +137,7 @@ def _claim_compare_and_set(
     candidates = list(due.order_by("available_at", "id").values_list("id", "attempts", "subscription")[:limit])
     claimed_ids = []
     for pk, attempts, subscription in candidates:
-        lease = now + SUBSCRIPTIONS[subscription].visibility
+        lease = now + _lease(subscription)
         # The row count says whether another worker claimed it first.
         won = (
             Delivery.objects.filter(_due(now), pk=pk, attempts=attempts)

@@ -1,0 +1,167 @@
+"""Failure as a feature: real rq worker processes killed with SIGKILL, Redis flushed.
+
+These start `manage.py rqworker` and `manage.py scheduler` processes against this test
+run's database and Redis, so they need committed data (transaction=True).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from django.db.models import Count
+
+from course.tests.processes import ROOT, child_env, manage, stop
+from library.models import Book, Branch, Loan, Member, Notification
+from library.services import loan_issue
+from messaging.models import DeadLetter, Delivery
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+LEASE_SECONDS = 2
+
+
+def start(*args: str) -> subprocess.Popen[bytes]:
+    env = {**child_env(), "MESSAGING_LEASE_SECONDS": str(LEASE_SECONDS), "LOG_LEVEL": "WARNING"}
+    # A session of its own, so SIGKILL reaches the worker and its work-horse together.
+    return subprocess.Popen(
+        manage(*args), cwd=ROOT, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def sigkill(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def make_library(books: int, members: int) -> None:
+    Branch.objects.bulk_create([Branch(id=i, name=f"B{i}", city="C") for i in (1, 2)])
+    Book.objects.bulk_create(
+        [Book(id=n, title=f"Book {n}", author="A", branch_id=n % 2 + 1, on_shelf=1_000)
+         for n in range(1, books + 1)]
+    )  # fmt: skip
+    Member.objects.bulk_create(
+        [Member(id=n, first_name="M", last_name=str(n), registered_at=datetime.date(2024, 1, 1))
+         for n in range(1, members + 1)]
+    )  # fmt: skip
+
+
+def wait_until_settled(timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Delivery.objects.filter(status="pending").exists() and Delivery.objects.exists():
+            return
+        time.sleep(0.5)
+    left = Delivery.objects.filter(status="pending").count()
+    raise AssertionError(f"{left} deliveries still pending after {timeout} s")
+
+
+def test_sigkilled_workers_leave_exactly_one_notification_per_loan(redis_client):
+    loans = 2000
+    make_library(books=50, members=100)
+    workers = [start("rqworker", "messaging") for _ in range(2)]
+    scheduler = start("scheduler")
+    rng = random.Random(20250720)
+    try:
+        kills = 0
+        for n in range(loans):
+            loan_issue(book_id=n % 50 + 1, member_id=n % 100 + 1)
+            if n % 250 == 125:  # kill one worker mid-drain, then replace it
+                victim = rng.randrange(len(workers))
+                sigkill(workers[victim])
+                workers[victim] = start("rqworker", "messaging")
+                kills += 1
+        for _ in range(3):  # and a few more while the backlog drains
+            time.sleep(rng.uniform(0.3, 1.0))
+            victim = rng.randrange(len(workers))
+            sigkill(workers[victim])
+            workers[victim] = start("rqworker", "messaging")
+            kills += 1
+        wait_until_settled(timeout=240)
+    finally:
+        for process in [*workers, scheduler]:
+            sigkill(process)
+    assert kills == 11
+    assert Loan.objects.count() == loans
+    per_loan = Notification.objects.values("loan_id").annotate(n=Count("id"))
+    assert per_loan.count() == loans
+    assert {row["n"] for row in per_loan} == {1}
+    assert not DeadLetter.objects.exists()
+    assert Delivery.objects.filter(status="done").count() == 3 * loans
+
+
+def test_redis_flushed_mid_run_delays_but_loses_nothing(redis_client):
+    make_library(books=10, members=10)
+    for n in range(60):
+        loan_issue(book_id=n % 10 + 1, member_id=n % 10 + 1)
+    # The nudges are in Redis now; lose them all, as a restarted Redis without data would.
+    redis_client.flushdb()
+    worker = start("rqworker", "messaging")
+    scheduler = start("scheduler")  # its sweep finds the unrelayed messages
+    try:
+        wait_until_settled(timeout=60)
+        for n in range(20):  # and the system keeps working after the loss
+            loan_issue(book_id=n % 10 + 1, member_id=1)
+        redis_client.flushdb()
+        time.sleep(0.2)
+        wait_until_settled(timeout=60)
+    finally:
+        sigkill(worker)
+        sigkill(scheduler)
+    assert Notification.objects.count() == 80
+    assert Delivery.objects.filter(status="done").count() == 240
+
+
+def test_message_that_kills_its_worker_is_isolated_and_others_flow(redis_client, tmp_path):
+    make_library(books=5, members=5)
+    # The notification handler below SIGKILLs its own process for loans of book 3.
+    env_marker = tmp_path / "poison"
+    env_marker.write_text("3")
+    for n in range(10):
+        loan_issue(book_id=n % 5 + 1, member_id=1)
+    env = {**child_env(), "MESSAGING_LEASE_SECONDS": "1", "LOG_LEVEL": "WARNING",
+           "LIBRARY_POISON_BOOK_FILE": str(env_marker)}  # fmt: skip
+    code = (
+        "import django; django.setup();"
+        "from messaging.tests import poison; poison.install();"
+        "from django.core.management import call_command;"
+        "call_command('rqworker', 'messaging')"
+    )
+    def start_poisonable() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    worker = start_poisonable()
+    scheduler = start("scheduler")
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if worker.poll() is not None:  # killed by the poison: a supervisor restarts it
+                worker = start_poisonable()
+            settled = Delivery.objects.count() == 30 and not (
+                Delivery.objects.filter(status="pending").exists()
+            )
+            if settled:
+                break
+            time.sleep(0.3)
+    finally:
+        sigkill(worker)
+        sigkill(scheduler)
+    dead = list(DeadLetter.objects.all())
+    assert len(dead) == 2  # the two loans of book 3, and nothing else
+    assert {d.subscription for d in dead} == {"notification"}
+    assert {d.body["book_id"] for d in dead} == {3}
+    assert all("worker died" in d.last_error for d in dead)
+    assert Notification.objects.count() == 8
+    assert Delivery.objects.filter(subscription="notification", status="dead").count() == 2
