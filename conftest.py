@@ -17,3 +17,18 @@ def redis_client() -> Iterator[redis.Redis]:
     yield client
     client.flushdb()
     client.close()
+
+
+@pytest.fixture
+def browser():
+    """A headless Chromium (Debian's) for the duration of one test."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser import CHROMIUM, CHROMIUM_ARGS
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS
+        )
+        yield chromium
+        chromium.close()

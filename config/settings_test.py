@@ -9,7 +9,10 @@ import os
 os.environ.setdefault("DEBUG", "true")
 os.environ.setdefault("LIBRARY_REDIS_DB", "15")
 
-from config.settings import *  # noqa: E402,F403
+from config.settings import *  # noqa: F403
+
+# WhiteNoise warns about a missing STATIC_ROOT on every request; tests never collect.
+STATIC_ROOT.mkdir(exist_ok=True)  # noqa: F405
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     # One file per test run, so two runs on one machine never share (and delete) it.

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import django_stubs_ext
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, F, QuerySet, Sum
@@ -27,9 +26,6 @@ from library.errors import LibraryError
 from library.models import Book, Branch, Loan, Member
 from library.services import loan_return, stock_correct
 
-# Makes ``ModelAdmin[Book]`` subscriptable at runtime, as the type checker wants it;
-# idempotent, and better moved to settings once other apps need it.
-django_stubs_ext.monkeypatch()
 
 
 @admin.register(Branch)

@@ -1,11 +1,11 @@
 """Drive the lab from a real browser against real daphne and rq worker processes."""
 
-import shutil
 import subprocess
 
 import pytest
 
-from course.tests.processes import (
+from tests.browser import needs_chromium
+from tests.processes import (
     ROOT,
     child_env,
     free_port,
@@ -14,22 +14,12 @@ from course.tests.processes import (
     wait_for_port,
 )
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SHOTS = ROOT / "screenshots"
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.processes,
-    pytest.mark.skipif(
-        shutil.which(CHROMIUM) is None, reason="chromium is not installed"
-    ),
+    needs_chromium,
 ]
 
 
@@ -53,18 +43,6 @@ def live_site(transactional_db, redis_client):
     finally:
         stop(worker)
         stop(server)
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS
-        )
-        yield chromium
-        chromium.close()
 
 
 def test_run_cache_layers_in_the_browser(live_site, browser):

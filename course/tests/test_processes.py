@@ -5,7 +5,7 @@ import pytest
 
 from course.labs.registry import lab_get
 from course.services import lab_run_enqueue
-from course.tests.processes import ROOT, child_env, manage
+from tests.processes import ROOT, child_env, manage
 from jobs.models import JobStatus
 
 

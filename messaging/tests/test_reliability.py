@@ -6,6 +6,7 @@ run's database and Redis, so they need committed data (transaction=True).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import random
@@ -17,7 +18,7 @@ import time
 import pytest
 from django.db.models import Count
 
-from course.tests.processes import ROOT, child_env, manage, stop
+from tests.processes import ROOT, child_env, manage
 from library.models import Book, Branch, Loan, Member, Notification
 from library.services import loan_issue
 from messaging.models import DeadLetter, Delivery
@@ -27,38 +28,58 @@ LEASE_SECONDS = 2
 
 
 def start(*args: str) -> subprocess.Popen[bytes]:
-    env = {**child_env(), "MESSAGING_LEASE_SECONDS": str(LEASE_SECONDS), "LOG_LEVEL": "WARNING"}
+    env = {
+        **child_env(),
+        "MESSAGING_LEASE_SECONDS": str(LEASE_SECONDS),
+        "LOG_LEVEL": "WARNING",
+    }
     # A session of its own, so SIGKILL reaches the worker and its work-horse together.
     return subprocess.Popen(
-        manage(*args), cwd=ROOT, env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        manage(*args),
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def sigkill(process: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait()
 
 
 def make_library(books: int, members: int) -> None:
     Branch.objects.bulk_create([Branch(id=i, name=f"B{i}", city="C") for i in (1, 2)])
     Book.objects.bulk_create(
-        [Book(id=n, title=f"Book {n}", author="A", branch_id=n % 2 + 1, on_shelf=1_000)
-         for n in range(1, books + 1)]
-    )  # fmt: skip
+        [
+            Book(
+                id=n, title=f"Book {n}", author="A", branch_id=n % 2 + 1, on_shelf=1_000
+            )
+            for n in range(1, books + 1)
+        ]
+    )
     Member.objects.bulk_create(
-        [Member(id=n, first_name="M", last_name=str(n), registered_at=datetime.date(2024, 1, 1))
-         for n in range(1, members + 1)]
-    )  # fmt: skip
+        [
+            Member(
+                id=n,
+                first_name="M",
+                last_name=str(n),
+                registered_at=datetime.date(2024, 1, 1),
+            )
+            for n in range(1, members + 1)
+        ]
+    )
 
 
 def wait_until_settled(timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not Delivery.objects.filter(status="pending").exists() and Delivery.objects.exists():
+        if (
+            not Delivery.objects.filter(status="pending").exists()
+            and Delivery.objects.exists()
+        ):
             return
         time.sleep(0.5)
     left = Delivery.objects.filter(status="pending").count()
@@ -103,7 +124,7 @@ def test_redis_flushed_mid_run_delays_but_loses_nothing(redis_client):
     make_library(books=10, members=10)
     for n in range(60):
         loan_issue(book_id=n % 10 + 1, member_id=n % 10 + 1)
-    # The nudges are in Redis now; lose them all, as a restarted Redis without data would.
+    # The nudges are in Redis now; lose them, as a Redis restarted without data would.
     redis_client.flushdb()
     worker = start("rqworker", "messaging")
     scheduler = start("scheduler")  # its sweep finds the unrelayed messages
@@ -121,33 +142,46 @@ def test_redis_flushed_mid_run_delays_but_loses_nothing(redis_client):
     assert Delivery.objects.filter(status="done").count() == 240
 
 
-def test_message_that_kills_its_worker_is_isolated_and_others_flow(redis_client, tmp_path):
+def test_message_that_kills_its_worker_is_isolated_and_others_flow(
+    redis_client, tmp_path
+):
     make_library(books=5, members=5)
     # The notification handler below SIGKILLs its own process for loans of book 3.
     env_marker = tmp_path / "poison"
     env_marker.write_text("3")
     for n in range(10):
         loan_issue(book_id=n % 5 + 1, member_id=1)
-    env = {**child_env(), "MESSAGING_LEASE_SECONDS": "1", "LOG_LEVEL": "WARNING",
-           "LIBRARY_POISON_BOOK_FILE": str(env_marker)}  # fmt: skip
+    env = {
+        **child_env(),
+        "MESSAGING_LEASE_SECONDS": "1",
+        "LOG_LEVEL": "WARNING",
+        "LIBRARY_POISON_BOOK_FILE": str(env_marker),
+    }
     code = (
         "import django; django.setup();"
         "from messaging.tests import poison; poison.install();"
         "from django.core.management import call_command;"
         "call_command('rqworker', 'messaging')"
     )
+
     def start_poisonable() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [sys.executable, "-c", code], cwd=ROOT, env=env, start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     worker = start_poisonable()
     scheduler = start("scheduler")
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if worker.poll() is not None:  # killed by the poison: a supervisor restarts it
+            if (
+                worker.poll() is not None
+            ):  # killed by the poison: a supervisor restarts it
                 worker = start_poisonable()
             settled = Delivery.objects.count() == 30 and not (
                 Delivery.objects.filter(status="pending").exists()
@@ -164,4 +198,6 @@ def test_message_that_kills_its_worker_is_isolated_and_others_flow(redis_client,
     assert {d.body["book_id"] for d in dead} == {3}
     assert all("worker died" in d.last_error for d in dead)
     assert Notification.objects.count() == 8
-    assert Delivery.objects.filter(subscription="notification", status="dead").count() == 2
+    assert (
+        Delivery.objects.filter(subscription="notification", status="dead").count() == 2
+    )

@@ -28,7 +28,9 @@ def branch(redis_client):
     Book.objects.create(id=2, title="Emma", author="Austen", branch=branch, on_shelf=1)
     Branch.objects.create(id=2, name="Konak", city="Izmir")
     Book.objects.create(id=3, title="Ulysses", author="Joyce", branch_id=2, on_shelf=1)
-    Member.objects.create(id=1, first_name="A", last_name="B", registered_at=datetime.date(2024, 1, 1))
+    Member.objects.create(
+        id=1, first_name="A", last_name="B", registered_at=datetime.date(2024, 1, 1)
+    )
     return branch
 
 
@@ -54,16 +56,23 @@ async def test_connect_sends_a_versioned_snapshot(branch):
     ws = await connect()
     snapshot = await ws.receive_json_from()
     assert snapshot == {
-        "type": "snapshot", "branch": 1, "version": 0, "total": 3,
-        "books": [{"id": 1, "title": "Dune", "on_shelf": 2},
-                  {"id": 2, "title": "Emma", "on_shelf": 1}],
-    }  # fmt: skip
+        "type": "snapshot",
+        "branch": 1,
+        "version": 0,
+        "total": 3,
+        "books": [
+            {"id": 1, "title": "Dune", "on_shelf": 2},
+            {"id": 2, "title": "Emma", "on_shelf": 1},
+        ],
+    }
     await ws.disconnect()
 
 
 async def test_foreign_origin_is_refused(branch):
     communicator = WebsocketCommunicator(
-        application, "/ws/branches/1/stock/", headers=[(b"origin", b"http://evil.example")]
+        application,
+        "/ws/branches/1/stock/",
+        headers=[(b"origin", b"http://evil.example")],
     )
     connected, _ = await communicator.connect()
     assert not connected
@@ -103,7 +112,9 @@ async def test_visitor_cannot_correct_a_count(branch):
     cookie = await sync_to_async(session_cookie)(staff=False)
     ws = await connect(headers=[ORIGIN, cookie])
     await ws.receive_json_from()
-    await ws.send_to(text_data=json.dumps({"action": "correct", "book": 1, "on_shelf": 9}))
+    await ws.send_to(
+        text_data=json.dumps({"action": "correct", "book": 1, "on_shelf": 9})
+    )
     reply = await ws.receive_json_from()
     assert (reply["type"], reply["code"]) == ("error", "forbidden")
     assert (await Book.objects.aget(pk=1)).on_shelf == 2
@@ -115,12 +126,22 @@ async def test_staff_correction_is_validated_written_and_published(branch):
     cookie = await sync_to_async(session_cookie)(staff=True)
     ws = await connect(headers=[ORIGIN, cookie])
     await ws.receive_json_from()
-    for bad in ({"book": 1, "on_shelf": -1}, {"book": "1", "on_shelf": 2},
-                {"book": 1, "on_shelf": True}, {"book": 3, "on_shelf": 2}):  # fmt: skip
+    for bad in (
+        {"book": 1, "on_shelf": -1},
+        {"book": "1", "on_shelf": 2},
+        {"book": 1, "on_shelf": True},
+        {"book": 3, "on_shelf": 2},
+    ):
         await ws.send_to(text_data=json.dumps({"action": "correct", **bad}))
         assert (await ws.receive_json_from())["type"] == "error"
-    await ws.send_to(text_data=json.dumps({"action": "correct", "book": 1, "on_shelf": 7}))
-    assert await ws.receive_json_from() == {"type": "corrected", "book": 1, "on_shelf": 7}
+    await ws.send_to(
+        text_data=json.dumps({"action": "correct", "book": 1, "on_shelf": 7})
+    )
+    assert await ws.receive_json_from() == {
+        "type": "corrected",
+        "book": 1,
+        "on_shelf": 7,
+    }
     assert (await Book.objects.aget(pk=1)).on_shelf == 7
     assert (await OutboxMessage.objects.aget()).type == "stock_corrected"
     await ws.disconnect()
@@ -135,8 +156,12 @@ async def test_a_loan_reaches_the_branch_socket_as_a_versioned_update(branch):
     await sync_to_async(messaging_drain)(owner="test")
     update = await ws.receive_json_from(timeout=5)
     assert {k: update[k] for k in ("type", "version", "total", "book", "on_shelf")} == {
-        "type": "update", "version": 1, "total": 2, "book": 1, "on_shelf": 1,
-    }  # fmt: skip
+        "type": "update",
+        "version": 1,
+        "total": 2,
+        "book": 1,
+        "on_shelf": 1,
+    }
     assert await other_branch.receive_nothing(timeout=0.3)
     await ws.disconnect()
     await other_branch.disconnect()

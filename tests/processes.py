@@ -13,7 +13,7 @@ from urllib.parse import quote, urlparse
 from django.conf import settings
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_database_url() -> str:
@@ -76,3 +76,42 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def start_daphne(
+    port: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a daphne instance of the project on ``port`` and wait until it listens."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "config.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env or child_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(port, process)
+    return process
+
+
+def start_manage(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``manage.py ARGS`` in its own session, so a group kill reaches all."""
+    return subprocess.Popen(
+        manage(*args),
+        cwd=ROOT,
+        env=env or child_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
