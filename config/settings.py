@@ -90,7 +90,7 @@ TEMPLATES = [
     },
 ]
 
-# --- Database -------------------------------------------------------------------------
+# --- Database -----------------------------------------------------------------
 # SQLite is the embedded default. Several processes write it (daphne, rq workers, the
 # scheduler): WAL lets readers run beside the writer, the timeout makes a writer wait
 # for the lock instead of failing, and IMMEDIATE takes the write lock when a
@@ -113,7 +113,7 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
 DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- Redis: cache, rq, channels ----------------------------------------------------------
+# --- Redis: cache, rq, channels -----------------------------------------------
 REDIS_CHOICE = choose_redis(os.environ, VAR_DIR / "redis")
 REDIS_URL = with_db(REDIS_CHOICE.url, env_int("LIBRARY_REDIS_DB", 0, minimum=0))
 
@@ -146,9 +146,12 @@ CHANNEL_LAYERS = {
     }
 }
 
-# --- Auth, sessions, security -------------------------------------------------------------
+# --- Auth, sessions, security -------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation."
+        "UserAttributeSimilarityValidator"
+    },
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
@@ -162,7 +165,9 @@ SESSION_COOKIE_SECURE = SECURE
 CSRF_COOKIE_SECURE = SECURE
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
+SECURE_HSTS_SECONDS = env_int(
+    "SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0
+)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD = not DEBUG
 SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -170,7 +175,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 
-# --- Static files ----------------------------------------------------------------------
+# --- Static files -------------------------------------------------------------
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
@@ -193,7 +198,9 @@ USE_TZ = True
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},

@@ -40,7 +40,9 @@ class JobStatus(models.Model):
         ordering = ["-created_at"]
         verbose_name = "job status"
         verbose_name_plural = "job statuses"
-        indexes = [models.Index(fields=["kind", "name", "-created_at"], name="job_kind_name")]
+        indexes = [
+            models.Index(fields=["kind", "name", "-created_at"], name="job_kind_name")
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.name} {self.state} {self.progress:.0f}%"

@@ -52,5 +52,6 @@ def due_tasks(
     return [
         task
         for task in tasks
-        if task.name not in last_enqueued or now - last_enqueued[task.name] >= task.every
+        if task.name not in last_enqueued
+        or now - last_enqueued[task.name] >= task.every
     ]

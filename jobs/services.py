@@ -6,7 +6,7 @@ import datetime
 import uuid
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -22,8 +22,10 @@ def jobstatus_create(
     user: AbstractBaseUser | AnonymousUser | None = None,
 ) -> JobStatus:
     """Record a queued job; the caller enqueues it (after commit)."""
-    created_by = user if user is not None and user.is_authenticated else None
-    return JobStatus.objects.create(kind=kind, name=name, params=params, created_by=created_by)
+    created_by = user if isinstance(user, User) else None
+    return JobStatus.objects.create(
+        kind=kind, name=name, params=params, created_by=created_by
+    )
 
 
 def _bump(job_id: uuid.UUID, **fields: Any) -> int:
@@ -40,7 +42,9 @@ def jobstatus_start(*, job_id: uuid.UUID) -> bool:
     return _bump(job_id, state=JobStatus.State.RUNNING, started_at=timezone.now()) == 1
 
 
-def jobstatus_progress(*, job_id: uuid.UUID, progress: float, message: str = "") -> None:
+def jobstatus_progress(
+    *, job_id: uuid.UUID, progress: float, message: str = ""
+) -> None:
     """Store progress (0..100) and a short description of the current step."""
     _bump(job_id, progress=max(0.0, min(100.0, progress)), message=message[:200])
 

@@ -10,7 +10,9 @@ class LibraryError(Exception):
     named does not exist, 409 when the current state forbids the change.
     """
 
-    def __init__(self, message: str, *, status: int = 409, code: str = "conflict") -> None:
+    def __init__(
+        self, message: str, *, status: int = 409, code: str = "conflict"
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -18,4 +20,6 @@ class LibraryError(Exception):
 
 
 def not_found(what: str, ident: object) -> LibraryError:
-    return LibraryError(f"{what} #{ident} does not exist.", status=404, code="not_found")
+    return LibraryError(
+        f"{what} #{ident} does not exist.", status=404, code="not_found"
+    )

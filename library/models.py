@@ -79,12 +79,12 @@ class Member(models.Model):
     def __str__(self) -> str:
         return f"{self.first_name} {self.last_name}"
 
+    def get_absolute_url(self) -> str:
+        return reverse("member-detail", args=[self.pk])
+
     @property
     def full_name(self) -> str:
         return f"{self.first_name} {self.last_name}"
-
-    def get_absolute_url(self) -> str:
-        return reverse("member-detail", args=[self.pk])
 
 
 class Loan(models.Model):
@@ -116,7 +116,9 @@ class Loan(models.Model):
 class Notification(models.Model):
     """A message to a member, written by the ``notification`` subscription."""
 
-    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="notifications")
+    member = models.ForeignKey(
+        Member, on_delete=models.CASCADE, related_name="notifications"
+    )
     loan = models.ForeignKey(Loan, on_delete=models.SET_NULL, null=True, blank=True)
     kind = models.CharField(max_length=40)
     text = models.CharField(max_length=300)

@@ -1,4 +1,4 @@
-"""The demo library: the data set of the course's Cache Layers setup, loaded idempotently.
+"""The demo library: the course's Cache Layers data set, loaded idempotently.
 
 Rows carry the course's ids so lab numbers match the lessons. Existing rows are left as
 they are (a running library keeps its loans), missing ones are added.
@@ -9,15 +9,22 @@ from __future__ import annotations
 import datetime
 import secrets
 from dataclasses import dataclass
+from typing import TypeVar
 
 from django.contrib.auth import get_user_model
 from django.core.management.color import no_style
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 
 from library.models import Book, Branch, Loan, Member
 
-BRANCHES = [(1, "Central", "Ankara"), (2, "Bahcelievler", "Ankara"),
-            (3, "Kadikoy", "Istanbul"), (4, "Konak", "Izmir")]  # fmt: skip
+M = TypeVar("M", bound=models.Model)
+
+BRANCHES = [
+    (1, "Central", "Ankara"),
+    (2, "Bahcelievler", "Ankara"),
+    (3, "Kadikoy", "Istanbul"),
+    (4, "Konak", "Izmir"),
+]
 BOOKS, MEMBERS, LOANS = 300, 200, 4000
 COPIES_ON_SHELF = 3  # the course's shelf count for every book
 STAFF_USERNAME = "staff"
@@ -62,16 +69,18 @@ def loan_row(n: int) -> Loan:
     )
 
 
-def _insert_missing(model: type, rows: list) -> int:
-    existing = set(model.objects.values_list("id", flat=True))
-    missing = [row for row in rows if row.id not in existing]
-    model.objects.bulk_create(missing, batch_size=500)
+def _insert_missing(model: type[M], rows: list[M]) -> int:
+    existing = set(model._default_manager.values_list("pk", flat=True))
+    missing = [row for row in rows if row.pk not in existing]
+    model._default_manager.bulk_create(missing, batch_size=500)
     return len(missing)
 
 
 def _reset_sequences() -> None:
     # Explicit ids leave PostgreSQL's sequences behind; SQLite needs nothing.
-    statements = connection.ops.sequence_reset_sql(no_style(), [Branch, Book, Member, Loan])
+    statements = connection.ops.sequence_reset_sql(
+        no_style(), [Branch, Book, Member, Loan]
+    )
     with connection.cursor() as cursor:
         for sql in statements:
             cursor.execute(sql)
@@ -96,7 +105,9 @@ def seed_library(*, reset_password: bool = False) -> SeedResult:
                 Branch, [Branch(id=i, name=n, city=c) for i, n, c in BRANCHES]
             ),
             "books": _insert_missing(Book, [book_row(n) for n in range(1, BOOKS + 1)]),
-            "members": _insert_missing(Member, [member_row(n) for n in range(1, MEMBERS + 1)]),
+            "members": _insert_missing(
+                Member, [member_row(n) for n in range(1, MEMBERS + 1)]
+            ),
             "loans": _insert_missing(Loan, [loan_row(n) for n in range(1, LOANS + 1)]),
         }
         _reset_sequences()

@@ -33,7 +33,9 @@ def _shelf_changed(book_id: int) -> Book:
     Call inside ``atomic()`` right after the book's row was updated.
     """
     book = Book.objects.only("branch_id", "on_shelf", "version").get(pk=book_id)
-    Branch.objects.filter(pk=book.branch_id).update(stock_version=F("stock_version") + 1)
+    Branch.objects.filter(pk=book.branch_id).update(
+        stock_version=F("stock_version") + 1
+    )
     return book
 
 
@@ -56,7 +58,9 @@ def loan_issue(
         if not Member.objects.filter(pk=member_id).exists():
             raise not_found("Member", member_id)
         taken = Book.objects.filter(pk=book_id, on_shelf__gt=0).update(
-            on_shelf=F("on_shelf") - 1, version=F("version") + 1, updated_at=timezone.now()
+            on_shelf=F("on_shelf") - 1,
+            version=F("version") + 1,
+            updated_at=timezone.now(),
         )
         if taken != 1:
             if not Book.objects.filter(pk=book_id).exists():
@@ -92,7 +96,9 @@ def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Lo
                 code="invalid",
             )
         Book.objects.filter(pk=loan.book_id).update(
-            on_shelf=F("on_shelf") + 1, version=F("version") + 1, updated_at=timezone.now()
+            on_shelf=F("on_shelf") + 1,
+            version=F("version") + 1,
+            updated_at=timezone.now(),
         )
         book = _shelf_changed(loan.book_id)
         loan.book.refresh_from_db()
@@ -107,7 +113,9 @@ def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Lo
 def stock_correct(*, book_id: int, on_shelf: int) -> Book:
     """Set a book's shelf count after a stock-take; refuse negative counts."""
     if on_shelf < 0:
-        raise LibraryError("A shelf count cannot be negative.", status=400, code="invalid")
+        raise LibraryError(
+            "A shelf count cannot be negative.", status=400, code="invalid"
+        )
     with transaction.atomic():
         changed = Book.objects.filter(pk=book_id).update(
             on_shelf=on_shelf, version=F("version") + 1, updated_at=timezone.now()

@@ -53,7 +53,9 @@ def branch_stock_state(branch_id: int) -> dict[str, Any]:
     """Return the branch's live shelf state: version, total and per-book counts."""
     branch = Branch.objects.only("stock_version").get(pk=branch_id)
     books = list(
-        Book.objects.filter(branch_id=branch_id).order_by("id").values_list("id", "on_shelf")
+        Book.objects.filter(branch_id=branch_id)
+        .order_by("id")
+        .values_list("id", "on_shelf")
     )
     return {
         "branch": branch_id,
@@ -69,7 +71,9 @@ def refresh_branch_stock(message: OutboxMessage) -> None:
     totals = Book.objects.filter(branch_id=branch_id).aggregate(
         on_shelf=Sum("on_shelf"), titles=Count("id")
     )
-    summary, _ = BranchStock.objects.select_for_update().get_or_create(branch_id=branch_id)
+    summary, _ = BranchStock.objects.select_for_update().get_or_create(
+        branch_id=branch_id
+    )
     summary.on_shelf_total = totals["on_shelf"] or 0
     summary.titles = totals["titles"]
     summary.last_message_id = max(summary.last_message_id, message.pk)

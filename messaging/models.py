@@ -1,4 +1,4 @@
-"""The outbox log, its deliveries (one per subscription), the dedup guard, dead letters."""
+"""The outbox log, its deliveries (one per subscription), dedup guard, dead letters."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ class OutboxMessage(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    type = models.CharField(max_length=40, choices=[(t.value, t.value) for t in MessageType])
+    type = models.CharField(
+        max_length=40, choices=[(t.value, t.value) for t in MessageType]
+    )
     key = models.CharField(max_length=100)  # e.g. the book id: what ordering is per
     body = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -44,9 +46,13 @@ class Delivery(models.Model):
         DONE = "done"
         DEAD = "dead"
 
-    message = models.ForeignKey(OutboxMessage, on_delete=models.CASCADE, related_name="deliveries")
+    message = models.ForeignKey(
+        OutboxMessage, on_delete=models.CASCADE, related_name="deliveries"
+    )
     subscription = models.CharField(max_length=40)
-    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    status = models.CharField(
+        max_length=8, choices=Status.choices, default=Status.PENDING
+    )
     attempts = models.PositiveIntegerField(default=0)  # counted when claimed
     available_at = models.DateTimeField()
     leased_until = models.DateTimeField(null=True, blank=True)
@@ -62,7 +68,8 @@ class Delivery(models.Model):
         verbose_name_plural = "deliveries"
         constraints = [
             models.UniqueConstraint(
-                fields=["message", "subscription"], name="delivery_once_per_subscription"
+                fields=["message", "subscription"],
+                name="delivery_once_per_subscription",
             )
         ]
         indexes = [
@@ -76,7 +83,9 @@ class Delivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.subscription} ← #{self.message_id} ({self.status}, {self.attempts})"
+        return (
+            f"{self.subscription} ← #{self.message_id} ({self.status}, {self.attempts})"
+        )
 
 
 class ProcessedMessage(models.Model):
@@ -89,15 +98,21 @@ class ProcessedMessage(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["subscription", "message"], name="processed_once_per_subscription"
+                fields=["subscription", "message"],
+                name="processed_once_per_subscription",
             )
         ]
 
+    def __str__(self) -> str:
+        return f"{self.subscription} processed #{self.message_id}"
+
 
 class DeadLetter(models.Model):
-    """A delivery that used up its attempts, kept with everything needed to redrive it."""
+    """A delivery that used up its attempts, kept with all a redrive needs."""
 
-    delivery = models.OneToOneField(Delivery, on_delete=models.CASCADE, related_name="dead_letter")
+    delivery = models.OneToOneField(
+        Delivery, on_delete=models.CASCADE, related_name="dead_letter"
+    )
     subscription = models.CharField(max_length=40)
     message_type = models.CharField(max_length=40)
     body = models.JSONField()  # the body as it was, so a redrive needs nothing else

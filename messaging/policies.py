@@ -14,12 +14,12 @@ class Backoff:
     cap_ms: int = 30_000
 
     def delay_ms(self, attempt: int) -> int:
-        """Return the un-jittered wait after failed attempt number ``attempt`` (1-based)."""
+        """Return the un-jittered wait after failed attempt ``attempt`` (from 1)."""
         if attempt < 1:
             raise ValueError("attempts are counted from 1")
         # Cap the exponent first so a large attempt number cannot build a huge integer.
         exponent = min(attempt - 1, 62)
-        return min(self.cap_ms, self.base_ms * 2**exponent)
+        return int(min(self.cap_ms, self.base_ms * 2**exponent))
 
     def full_jitter_ms(self, attempt: int, rand: Callable[[], float]) -> int:
         """Return a wait drawn uniformly from [0, delay]: spreads a retry wave out.

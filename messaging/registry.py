@@ -43,7 +43,8 @@ class StockBody(TypedDict):
 class Subscription:
     name: str
     accepts: frozenset[MessageType]
-    handler: str  # dotted path of ``handler(message) -> None``, run inside the guard's transaction
+    # Dotted path of ``handler(message) -> None``; runs in the guard's transaction.
+    handler: str
     max_attempts: int = 5
     backoff: Backoff = field(default_factory=Backoff)
     # The lease (visibility timeout): a claimed delivery not finished by then is

@@ -28,7 +28,12 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
-from messaging.registry import SUBSCRIPTIONS, MessageType, Subscription, subscriptions_for
+from messaging.registry import (
+    SUBSCRIPTIONS,
+    MessageType,
+    Subscription,
+    subscriptions_for,
+)
 
 log = logging.getLogger("messaging")
 
@@ -36,7 +41,9 @@ Handler = Callable[[OutboxMessage], None]
 _random = random.SystemRandom()
 
 
-def outbox_publish(*, type: MessageType, key: str | int, body: dict[str, Any]) -> OutboxMessage:
+def outbox_publish(
+    *, type: MessageType, key: str | int, body: dict[str, Any]
+) -> OutboxMessage:
     """Append a message to the outbox. Call inside the transaction of the change.
 
     The relay is nudged after commit; a rollback takes the message with it.
@@ -51,7 +58,7 @@ def outbox_publish(*, type: MessageType, key: str | int, body: dict[str, Any]) -
     return message
 
 
-# --- Relay -----------------------------------------------------------------------------
+# --- Relay --------------------------------------------------------------------
 
 
 def relay_pending(*, limit: int = 500) -> int:
@@ -72,11 +79,13 @@ def relay_pending(*, limit: int = 500) -> int:
             for s in subscriptions_for(m.type)
         ]
         Delivery.objects.bulk_create(deliveries, ignore_conflicts=True, batch_size=500)
-        OutboxMessage.objects.filter(pk__in=[m.pk for m in messages]).update(relayed_at=now)
+        OutboxMessage.objects.filter(pk__in=[m.pk for m in messages]).update(
+            relayed_at=now
+        )
     return len(messages)
 
 
-# --- Claim -----------------------------------------------------------------------------
+# --- Claim --------------------------------------------------------------------
 
 
 def _due(now: datetime.datetime) -> Q:
@@ -103,7 +112,9 @@ def deliveries_claim(
     return _claim(owner=owner, now=now, limit=1, retried=True)
 
 
-def _claim(*, owner: str, now: datetime.datetime, limit: int, retried: bool) -> list[Delivery]:
+def _claim(
+    *, owner: str, now: datetime.datetime, limit: int, retried: bool
+) -> list[Delivery]:
     due = Delivery.objects.filter(_due(now))
     due = due.filter(attempts__gt=0) if retried else due.filter(attempts=0)
     if connection.vendor == "postgresql":
@@ -113,10 +124,16 @@ def _claim(*, owner: str, now: datetime.datetime, limit: int, retried: bool) -> 
 
 def _lease(subscription_name: str) -> datetime.timedelta:
     own = SUBSCRIPTIONS[subscription_name].visibility
-    return own if own is not None else datetime.timedelta(seconds=settings.MESSAGING_LEASE_SECONDS)
+    return (
+        own
+        if own is not None
+        else datetime.timedelta(seconds=settings.MESSAGING_LEASE_SECONDS)
+    )
 
 
-def _claim_skip_locked(due: Any, *, owner: str, now: datetime.datetime, limit: int) -> list[Delivery]:
+def _claim_skip_locked(
+    due: Any, *, owner: str, now: datetime.datetime, limit: int
+) -> list[Delivery]:
     with transaction.atomic():
         rows = list(
             due.select_related("message")
@@ -134,21 +151,28 @@ def _claim_skip_locked(due: Any, *, owner: str, now: datetime.datetime, limit: i
 def _claim_compare_and_set(
     due: Any, *, owner: str, now: datetime.datetime, limit: int
 ) -> list[Delivery]:
-    candidates = list(due.order_by("available_at", "id").values_list("id", "attempts", "subscription")[:limit])
+    candidates = list(
+        due.order_by("available_at", "id").values_list(
+            "id", "attempts", "subscription"
+        )[:limit]
+    )
     claimed_ids = []
     for pk, attempts, subscription in candidates:
         lease = now + _lease(subscription)
         # The row count says whether another worker claimed it first.
-        won = (
-            Delivery.objects.filter(_due(now), pk=pk, attempts=attempts)
-            .update(attempts=attempts + 1, lease_owner=owner, leased_until=lease)
+        won = Delivery.objects.filter(_due(now), pk=pk, attempts=attempts).update(
+            attempts=attempts + 1, lease_owner=owner, leased_until=lease
         )
         if won == 1:
             claimed_ids.append(pk)
-    return list(Delivery.objects.filter(pk__in=claimed_ids).select_related("message").order_by("id"))
+    return list(
+        Delivery.objects.filter(pk__in=claimed_ids)
+        .select_related("message")
+        .order_by("id")
+    )
 
 
-# --- Process ---------------------------------------------------------------------------
+# --- Process ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -175,7 +199,8 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
             try:
                 with transaction.atomic():
                     ProcessedMessage.objects.create(
-                        subscription=delivery.subscription, message_id=delivery.message_id
+                        subscription=delivery.subscription,
+                        message_id=delivery.message_id,
                     )
             except IntegrityError:
                 _mark_done(delivery, owner)
@@ -187,7 +212,7 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
                 raise _LeaseLost
     except _LeaseLost:
         return Outcome(delivery.pk, "lost_lease")
-    except Exception as error:  # noqa: BLE001 - any handler failure is retried
+    except Exception as error:
         return _record_failure(delivery, subscription, error)
     return Outcome(delivery.pk, "done")
 
@@ -198,8 +223,9 @@ class _LeaseLost(Exception):
 
 def _mark_done(delivery: Delivery, owner: str) -> bool:
     return (
-        Delivery.objects.filter(pk=delivery.pk, lease_owner=owner, status=Delivery.Status.PENDING)
-        .update(status=Delivery.Status.DONE, done_at=timezone.now(), leased_until=None)
+        Delivery.objects.filter(
+            pk=delivery.pk, lease_owner=owner, status=Delivery.Status.PENDING
+        ).update(status=Delivery.Status.DONE, done_at=timezone.now(), leased_until=None)
         == 1
     )
 
@@ -209,10 +235,17 @@ def _error_text(error: BaseException) -> str:
     return last[:2000]
 
 
-def _record_failure(delivery: Delivery, subscription: Subscription, error: Exception) -> Outcome:
+def _record_failure(
+    delivery: Delivery, subscription: Subscription, error: Exception
+) -> Outcome:
     text = _error_text(error)
-    log.warning("delivery %s (%s) attempt %s failed: %s",
-                delivery.pk, delivery.subscription, delivery.attempts, text)  # fmt: skip
+    log.warning(
+        "delivery %s (%s) attempt %s failed: %s",
+        delivery.pk,
+        delivery.subscription,
+        delivery.attempts,
+        text,
+    )
     if delivery.attempts >= subscription.max_attempts:
         _dead_letter(delivery, subscription, text)
         return Outcome(delivery.pk, "dead")
@@ -251,11 +284,16 @@ def _dead_letter(delivery: Delivery, subscription: Subscription, error: str) -> 
                 "redriven_at": None,
             },
         )
-    log.error("delivery %s (%s) dead-lettered after %s attempts: %s",
-              delivery.pk, subscription.name, delivery.attempts, error)  # fmt: skip
+    log.error(
+        "delivery %s (%s) dead-lettered after %s attempts: %s",
+        delivery.pk,
+        subscription.name,
+        delivery.attempts,
+        error,
+    )
 
 
-# --- Drain -----------------------------------------------------------------------------
+# --- Drain --------------------------------------------------------------------
 
 
 @dataclass
@@ -268,12 +306,19 @@ class DrainReport:
     lost_leases: int = 0
 
     def add(self, outcome: Outcome) -> None:
-        field = {"done": "done", "duplicate": "duplicates", "retry": "retried",
-                 "dead": "dead", "lost_lease": "lost_leases"}[outcome.result]  # fmt: skip
+        field = {
+            "done": "done",
+            "duplicate": "duplicates",
+            "retry": "retried",
+            "dead": "dead",
+            "lost_lease": "lost_leases",
+        }[outcome.result]
         setattr(self, field, getattr(self, field) + 1)
 
 
-def messaging_drain(*, owner: str, batch: int = 20, budget_seconds: float = 10.0) -> DrainReport:
+def messaging_drain(
+    *, owner: str, batch: int = 20, budget_seconds: float = 10.0
+) -> DrainReport:
     """Relay and process until nothing is due or the time budget is spent.
 
     One step: relay new messages, claim a batch, process it. The budget keeps one rq
@@ -301,7 +346,7 @@ def work_remaining(now: datetime.datetime | None = None) -> bool:
     )
 
 
-# --- Dead letters ----------------------------------------------------------------------
+# --- Dead letters -------------------------------------------------------------
 
 
 def deadletter_redrive(*, ids: Iterable[int], user: AbstractBaseUser | None) -> int:
@@ -318,9 +363,12 @@ def deadletter_redrive(*, ids: Iterable[int], user: AbstractBaseUser | None) -> 
         )
         for letter in letters:
             Delivery.objects.filter(pk=letter.delivery_id).update(
-                status=Delivery.Status.PENDING, attempts=0, available_at=now,
-                leased_until=None, lease_owner="",
-            )  # fmt: skip
+                status=Delivery.Status.PENDING,
+                attempts=0,
+                available_at=now,
+                leased_until=None,
+                lease_owner="",
+            )
         DeadLetter.objects.filter(pk__in=[x.pk for x in letters]).update(
             redriven_at=now, redriven_by=user, redrive_count=F("redrive_count") + 1
         )

@@ -37,8 +37,13 @@ def _snapshot(branch_id: int) -> dict[str, Any]:
         {"id": int(pk), "title": titles[int(pk)], "on_shelf": n}
         for pk, n in state["books"].items()
     ]
-    return {"type": "snapshot", "branch": branch_id, "version": state["version"],
-            "total": state["total"], "books": books}  # fmt: skip
+    return {
+        "type": "snapshot",
+        "branch": branch_id,
+        "version": state["version"],
+        "total": state["total"],
+        "books": books,
+    }
 
 
 def _correct(branch_id: int, book_id: int, on_shelf: int) -> int:
@@ -71,8 +76,12 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None
+    ) -> None:
+        size = (
+            len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
+        )
         if size > MAX_FRAME_BYTES:
             await self.close(code=CLOSE_TOO_BIG)
             return
@@ -102,14 +111,20 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
             return
         book_id, on_shelf = request.get("book"), request.get("on_shelf")
         valid = (
-            isinstance(book_id, int) and isinstance(on_shelf, int)
-            and not isinstance(on_shelf, bool) and 0 <= on_shelf <= MAX_SHELF_COUNT
-        )  # fmt: skip
+            isinstance(book_id, int)
+            and isinstance(on_shelf, int)
+            and not isinstance(on_shelf, bool)
+            and 0 <= on_shelf <= MAX_SHELF_COUNT
+        )
         if not valid:
-            await self._error(f"book and on_shelf must be integers, 0 ≤ on_shelf ≤ {MAX_SHELF_COUNT}")
+            await self._error(
+                f"book and on_shelf must be integers, 0 ≤ on_shelf ≤ {MAX_SHELF_COUNT}"
+            )
             return
         try:
-            count = await database_sync_to_async(_correct)(self.branch_id, book_id, on_shelf)
+            count = await database_sync_to_async(_correct)(
+                self.branch_id, book_id, on_shelf
+            )
         except LibraryError as error:
             await self._error(error.message, code=error.code)
             return
@@ -117,7 +132,7 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         await self._send({"type": "corrected", "book": book_id, "on_shelf": count})
 
     async def stock_update(self, event: dict[str, Any]) -> None:
-        """Forward a broadcast from the channel layer (group message type stock.update)."""
+        """Forward a broadcast of the channel layer (group message stock.update)."""
         await self._send({**event, "type": "update"})
 
     async def _error(self, message: str, *, code: str = "bad_request") -> None:

@@ -21,7 +21,6 @@ from rq.job import Job, JobStatus
 from config.redis_server import (
     choose_redis,
     embedded_socket_path,
-    ensure_embedded,
     local_redis_answers,
     stop_embedded,
     with_db,
@@ -96,8 +95,11 @@ def test_concurrent_starts_share_one_server(embedded_dir):
     ]
     paths = {p.communicate(timeout=30)[0].strip() for p in procs}
     assert paths == {str(embedded_socket_path(embedded_dir))}
-    out = subprocess.run(["pgrep", "-f", str(embedded_socket_path(embedded_dir))],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        ["pgrep", "-f", str(embedded_socket_path(embedded_dir))],
+        capture_output=True,
+        text=True,
+    )
     assert len(out.stdout.split()) == 1
 
 
@@ -116,9 +118,18 @@ def test_worker_started_by_hand_shares_the_embedded_server(tmp_path):
     }
     manage = [sys.executable, "manage.py"]
     try:
-        subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=120)
-        info = subprocess.run([*manage, "redis_info"], cwd=ROOT, env=env, check=True,
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=120
+        )
+        info = subprocess.run(
+            [*manage, "redis_info"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert "embedded" in info.stdout
         worker = subprocess.Popen([*manage, "rqworker", "default"], cwd=ROOT, env=env)
         try:
@@ -127,9 +138,15 @@ def test_worker_started_by_hand_shares_the_embedded_server(tmp_path):
                 "job = django_rq.get_queue('default').enqueue("
                 "'jobs.tasks.jobstatus_prune', older_than_days=0); print(job.id)"
             )
-            job_id = subprocess.run([*manage, "shell", "-c", enqueue], cwd=ROOT, env=env,
-                                    check=True, capture_output=True, text=True,
-                                    timeout=60).stdout.split()[-1]  # fmt: skip
+            job_id = subprocess.run(
+                [*manage, "shell", "-c", enqueue],
+                cwd=ROOT,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout.split()[-1]
             sock = embedded_socket_path(tmp_path / "redis")
             client = redis.Redis(unix_socket_path=str(sock), db=3)
             deadline = time.monotonic() + 30

@@ -18,7 +18,9 @@ def test_task_never_run_is_due_at_once():
 
 
 def test_task_is_due_only_after_its_interval():
-    assert due_tasks((TASK,), {"t": NOW - HOUR + datetime.timedelta(seconds=1)}, NOW) == []
+    assert (
+        due_tasks((TASK,), {"t": NOW - HOUR + datetime.timedelta(seconds=1)}, NOW) == []
+    )
     assert due_tasks((TASK,), {"t": NOW - HOUR}, NOW) == [TASK]
 
 
@@ -26,7 +28,7 @@ def test_task_is_due_only_after_its_interval():
 def test_scheduler_pass_enqueues_due_tasks_once(
     redis_client, django_capture_on_commit_callbacks
 ):
-    # COMMIT_MODE=on_db_commit: the enqueue happens when the test's transaction "commits".
+    # COMMIT_MODE=on_db_commit: the enqueue waits for the test transaction's "commit".
     with django_capture_on_commit_callbacks(execute=True):
         call_command("scheduler", "--once")
     queue = django_rq.get_queue("default")
@@ -42,7 +44,9 @@ def test_prune_job_deletes_only_old_finished_statuses(
     redis_client, django_capture_on_commit_callbacks
 ):
     old = timezone.now() - datetime.timedelta(days=8)
-    finished = JobStatus.objects.create(kind="lab", name="x", state="done", finished_at=old)
+    finished = JobStatus.objects.create(
+        kind="lab", name="x", state="done", finished_at=old
+    )
     running = JobStatus.objects.create(kind="lab", name="y", state="running")
     recent = JobStatus.objects.create(
         kind="lab", name="z", state="done", finished_at=timezone.now()

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,78 +14,152 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Branch',
+            name="Branch",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('city', models.CharField(max_length=100)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("city", models.CharField(max_length=100)),
             ],
             options={
-                'verbose_name_plural': 'branches',
-                'ordering': ['id'],
+                "verbose_name_plural": "branches",
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Book',
+            name="Book",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('title', models.CharField(max_length=200)),
-                ('author', models.CharField(max_length=200)),
-                ('publication_year', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('on_shelf', models.PositiveIntegerField(default=0)),
-                ('version', models.PositiveIntegerField(default=1)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('branch', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='books', to='library.branch')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("title", models.CharField(max_length=200)),
+                ("author", models.CharField(max_length=200)),
+                (
+                    "publication_year",
+                    models.PositiveSmallIntegerField(blank=True, null=True),
+                ),
+                ("on_shelf", models.PositiveIntegerField(default=0)),
+                ("version", models.PositiveIntegerField(default=1)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "branch",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="books",
+                        to="library.branch",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Member',
+            name="Member",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('first_name', models.CharField(max_length=100)),
-                ('last_name', models.CharField(max_length=100)),
-                ('email', models.EmailField(blank=True, max_length=254)),
-                ('registered_at', models.DateField()),
-                ('user', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='member', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("first_name", models.CharField(max_length=100)),
+                ("last_name", models.CharField(max_length=100)),
+                ("email", models.EmailField(blank=True, max_length=254)),
+                ("registered_at", models.DateField()),
+                (
+                    "user",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="member",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Loan',
+            name="Loan",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('pickup_date', models.DateField()),
-                ('return_date', models.DateField(blank=True, null=True)),
-                ('book', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='loans', to='library.book')),
-                ('member', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='loans', to='library.member')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("pickup_date", models.DateField()),
+                ("return_date", models.DateField(blank=True, null=True)),
+                (
+                    "book",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="loans",
+                        to="library.book",
+                    ),
+                ),
+                (
+                    "member",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="loans",
+                        to="library.member",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-pickup_date', '-id'],
+                "ordering": ["-pickup_date", "-id"],
             },
         ),
         migrations.AddIndex(
-            model_name='book',
-            index=models.Index(fields=['branch', 'title'], name='book_branch_title'),
+            model_name="book",
+            index=models.Index(fields=["branch", "title"], name="book_branch_title"),
         ),
         migrations.AddIndex(
-            model_name='book',
-            index=models.Index(fields=['author'], name='book_author'),
+            model_name="book",
+            index=models.Index(fields=["author"], name="book_author"),
         ),
         migrations.AddConstraint(
-            model_name='book',
-            constraint=models.CheckConstraint(condition=models.Q(('on_shelf__gte', 0)), name='book_on_shelf_not_negative'),
+            model_name="book",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("on_shelf__gte", 0)),
+                name="book_on_shelf_not_negative",
+            ),
         ),
         migrations.AddIndex(
-            model_name='loan',
-            index=models.Index(fields=['member', 'pickup_date'], name='loan_member_pickup'),
+            model_name="loan",
+            index=models.Index(
+                fields=["member", "pickup_date"], name="loan_member_pickup"
+            ),
         ),
         migrations.AddIndex(
-            model_name='loan',
-            index=models.Index(condition=models.Q(('return_date__isnull', True)), fields=['book'], name='loan_open_by_book'),
+            model_name="loan",
+            index=models.Index(
+                condition=models.Q(("return_date__isnull", True)),
+                fields=["book"],
+                name="loan_open_by_book",
+            ),
         ),
     ]

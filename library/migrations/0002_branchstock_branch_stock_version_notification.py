@@ -5,44 +5,74 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('library', '0001_initial'),
+        ("library", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='BranchStock',
+            name="BranchStock",
             fields=[
-                ('branch', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, serialize=False, to='library.branch')),
-                ('on_shelf_total', models.PositiveIntegerField(default=0)),
-                ('titles', models.PositiveIntegerField(default=0)),
-                ('last_message_id', models.BigIntegerField(default=0)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "branch",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        serialize=False,
+                        to="library.branch",
+                    ),
+                ),
+                ("on_shelf_total", models.PositiveIntegerField(default=0)),
+                ("titles", models.PositiveIntegerField(default=0)),
+                ("last_message_id", models.BigIntegerField(default=0)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'verbose_name': 'branch stock summary',
-                'verbose_name_plural': 'branch stock summaries',
+                "verbose_name": "branch stock summary",
+                "verbose_name_plural": "branch stock summaries",
             },
         ),
         migrations.AddField(
-            model_name='branch',
-            name='stock_version',
+            model_name="branch",
+            name="stock_version",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.CreateModel(
-            name='Notification',
+            name="Notification",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(max_length=40)),
-                ('text', models.CharField(max_length=300)),
-                ('source_message_id', models.BigIntegerField(unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('loan', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to='library.loan')),
-                ('member', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='notifications', to='library.member')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("kind", models.CharField(max_length=40)),
+                ("text", models.CharField(max_length=300)),
+                ("source_message_id", models.BigIntegerField(unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "loan",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to="library.loan",
+                    ),
+                ),
+                (
+                    "member",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="notifications",
+                        to="library.member",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
     ]

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,87 +14,180 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='OutboxMessage',
+            name="OutboxMessage",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('type', models.CharField(choices=[('loan_issued', 'loan_issued'), ('return_received', 'return_received'), ('stock_corrected', 'stock_corrected')], max_length=40)),
-                ('key', models.CharField(max_length=100)),
-                ('body', models.JSONField()),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('relayed_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "type",
+                    models.CharField(
+                        choices=[
+                            ("loan_issued", "loan_issued"),
+                            ("return_received", "return_received"),
+                            ("stock_corrected", "stock_corrected"),
+                        ],
+                        max_length=40,
+                    ),
+                ),
+                ("key", models.CharField(max_length=100)),
+                ("body", models.JSONField()),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("relayed_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['id'],
-                'indexes': [models.Index(condition=models.Q(('relayed_at__isnull', True)), fields=['id'], name='outbox_unrelayed')],
+                "ordering": ["id"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("relayed_at__isnull", True)),
+                        fields=["id"],
+                        name="outbox_unrelayed",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Delivery',
+            name="Delivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('subscription', models.CharField(max_length=40)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('done', 'Done'), ('dead', 'Dead')], default='pending', max_length=8)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('available_at', models.DateTimeField()),
-                ('leased_until', models.DateTimeField(blank=True, null=True)),
-                ('lease_owner', models.CharField(blank=True, max_length=64)),
-                ('last_error', models.TextField(blank=True)),
-                ('first_failed_at', models.DateTimeField(blank=True, null=True)),
-                ('last_failed_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('done_at', models.DateTimeField(blank=True, null=True)),
-                ('message', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='messaging.outboxmessage')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("subscription", models.CharField(max_length=40)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("done", "Done"),
+                            ("dead", "Dead"),
+                        ],
+                        default="pending",
+                        max_length=8,
+                    ),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("available_at", models.DateTimeField()),
+                ("leased_until", models.DateTimeField(blank=True, null=True)),
+                ("lease_owner", models.CharField(blank=True, max_length=64)),
+                ("last_error", models.TextField(blank=True)),
+                ("first_failed_at", models.DateTimeField(blank=True, null=True)),
+                ("last_failed_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("done_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "message",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="deliveries",
+                        to="messaging.outboxmessage",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'deliveries',
-                'ordering': ['id'],
+                "verbose_name_plural": "deliveries",
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='ProcessedMessage',
+            name="ProcessedMessage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('subscription', models.CharField(max_length=40)),
-                ('processed_at', models.DateTimeField(auto_now_add=True)),
-                ('message', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, to='messaging.outboxmessage')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("subscription", models.CharField(max_length=40)),
+                ("processed_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "message",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        to="messaging.outboxmessage",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='DeadLetter',
+            name="DeadLetter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('subscription', models.CharField(max_length=40)),
-                ('message_type', models.CharField(max_length=40)),
-                ('body', models.JSONField()),
-                ('attempts', models.PositiveIntegerField()),
-                ('last_error', models.TextField()),
-                ('first_failed_at', models.DateTimeField()),
-                ('last_failed_at', models.DateTimeField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('redriven_at', models.DateTimeField(blank=True, null=True)),
-                ('redrive_count', models.PositiveIntegerField(default=0)),
-                ('redriven_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('delivery', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='dead_letter', to='messaging.delivery')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("subscription", models.CharField(max_length=40)),
+                ("message_type", models.CharField(max_length=40)),
+                ("body", models.JSONField()),
+                ("attempts", models.PositiveIntegerField()),
+                ("last_error", models.TextField()),
+                ("first_failed_at", models.DateTimeField()),
+                ("last_failed_at", models.DateTimeField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("redriven_at", models.DateTimeField(blank=True, null=True)),
+                ("redrive_count", models.PositiveIntegerField(default=0)),
+                (
+                    "redriven_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "delivery",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="dead_letter",
+                        to="messaging.delivery",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-last_failed_at'],
-                'indexes': [models.Index(fields=['redriven_at'], name='deadletter_open')],
+                "ordering": ["-last_failed_at"],
+                "indexes": [
+                    models.Index(fields=["redriven_at"], name="deadletter_open")
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='delivery',
-            index=models.Index(condition=models.Q(('status', 'pending')), fields=['available_at', 'id'], name='delivery_pending_due'),
+            model_name="delivery",
+            index=models.Index(
+                condition=models.Q(("status", "pending")),
+                fields=["available_at", "id"],
+                name="delivery_pending_due",
+            ),
         ),
         migrations.AddIndex(
-            model_name='delivery',
-            index=models.Index(fields=['subscription', 'status'], name='delivery_sub_status'),
+            model_name="delivery",
+            index=models.Index(
+                fields=["subscription", "status"], name="delivery_sub_status"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='delivery',
-            constraint=models.UniqueConstraint(fields=('message', 'subscription'), name='delivery_once_per_subscription'),
+            model_name="delivery",
+            constraint=models.UniqueConstraint(
+                fields=("message", "subscription"),
+                name="delivery_once_per_subscription",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='processedmessage',
-            constraint=models.UniqueConstraint(fields=('subscription', 'message'), name='processed_once_per_subscription'),
+            model_name="processedmessage",
+            constraint=models.UniqueConstraint(
+                fields=("subscription", "message"),
+                name="processed_once_per_subscription",
+            ),
         ),
     ]

@@ -13,10 +13,15 @@ def library_rows(db):
     central = Branch.objects.create(id=1, name="Central", city="Ankara")
     Branch.objects.create(id=2, name="Konak", city="Izmir")
     for n in range(1, 7):
-        Book.objects.create(id=n, title=f"Book {n}", author="A", branch_id=n % 2 + 1, on_shelf=3)
+        Book.objects.create(
+            id=n, title=f"Book {n}", author="A", branch_id=n % 2 + 1, on_shelf=3
+        )
     for n in range(1, 4):
         Member.objects.create(
-            id=n, first_name=f"M{n}", last_name="S", registered_at=datetime.date(2024, 1, 1)
+            id=n,
+            first_name=f"M{n}",
+            last_name="S",
+            registered_at=datetime.date(2024, 1, 1),
         )
     return central
 

@@ -18,9 +18,11 @@ _original = library.subscribers.notify_member
 def _poisoned(message: OutboxMessage) -> None:
     poison_book = int(Path(os.environ["LIBRARY_POISON_BOOK_FILE"]).read_text())
     if message.body.get("book_id") == poison_book:
-        os.kill(os.getpid(), signal.SIGKILL)  # no exception, no cleanup: the process is gone
+        os.kill(
+            os.getpid(), signal.SIGKILL
+        )  # no exception, no cleanup: the process is gone
     _original(message)
 
 
 def install() -> None:
-    library.subscribers.notify_member = _poisoned  # type: ignore[assignment]
+    library.subscribers.notify_member = _poisoned

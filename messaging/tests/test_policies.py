@@ -8,8 +8,15 @@ from messaging.policies import Backoff
 def test_backoff_doubles_then_caps():
     backoff = Backoff(base_ms=500, cap_ms=30_000)
     assert [backoff.delay_ms(n) for n in range(1, 9)] == [
-        500, 1000, 2000, 4000, 8000, 16000, 30000, 30000,
-    ]  # fmt: skip
+        500,
+        1000,
+        2000,
+        4000,
+        8000,
+        16000,
+        30000,
+        30000,
+    ]
 
 
 def test_attempt_zero_is_refused():

@@ -32,15 +32,24 @@ def test_issue_writes_outbox_row_in_same_transaction(library_rows):
     assert message.type == "loan_issued"
     assert message.key == "1"
     assert message.body == {
-        "loan_id": loan.pk, "book_id": 1, "member_id": 1, "branch_id": 2,
-        "on_shelf": 2, "book_version": 2,
-    }  # fmt: skip
+        "loan_id": loan.pk,
+        "book_id": 1,
+        "member_id": 1,
+        "branch_id": 2,
+        "on_shelf": 2,
+        "book_version": 2,
+    }
+
+
+def issue_then_fail() -> None:
+    with transaction.atomic():
+        loan_issue(book_id=1, member_id=1)
+        raise RuntimeError("the caller's transaction fails after the service")
 
 
 def test_rolled_back_change_leaves_no_message(library_rows):
-    with pytest.raises(RuntimeError), transaction.atomic():
-        loan_issue(book_id=1, member_id=1)
-        raise RuntimeError("the caller's transaction fails after the service")
+    with pytest.raises(RuntimeError):
+        issue_then_fail()
     assert not OutboxMessage.objects.exists()
     assert Book.objects.get(pk=1).on_shelf == 3
 
@@ -58,7 +67,9 @@ def test_publish_outside_a_transaction_is_refused(library_rows):
         outbox_publish(type=registry.MessageType.LOAN_ISSUED, key=1, body={})
 
 
-def test_nudge_is_sent_only_after_commit(library_rows, django_capture_on_commit_callbacks):
+def test_nudge_is_sent_only_after_commit(
+    library_rows, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks() as callbacks:
         loan_issue(book_id=1, member_id=1)
     assert [c.__name__ for c in callbacks] == ["nudge_drain"]
@@ -71,16 +82,20 @@ def test_relay_writes_one_delivery_per_accepting_subscription(library_rows):
     assert relay_pending() == 0  # nothing left, and no second copy
     subs = sorted(Delivery.objects.values_list("message__type", "subscription"))
     assert subs == [
-        ("loan_issued", "broadcast"), ("loan_issued", "notification"),
+        ("loan_issued", "broadcast"),
+        ("loan_issued", "notification"),
         ("loan_issued", "stock_summary"),
-        ("stock_corrected", "broadcast"), ("stock_corrected", "stock_summary"),
-    ]  # fmt: skip
+        ("stock_corrected", "broadcast"),
+        ("stock_corrected", "stock_summary"),
+    ]
 
 
 def test_relaying_the_same_message_twice_adds_no_copy(library_rows):
     loan_issue(book_id=1, member_id=1)
     relay_pending()
-    OutboxMessage.objects.update(relayed_at=None)  # as if a second relay raced the first
+    OutboxMessage.objects.update(
+        relayed_at=None
+    )  # as if a second relay raced the first
     relay_pending()
     assert Delivery.objects.count() == 3
 
@@ -113,7 +128,9 @@ def test_redelivered_message_has_no_second_effect(library_rows):
     # Simulate a worker that ran the effect but died before the done mark was seen.
     Delivery.objects.filter(pk=delivery.pk).update(status="pending")
     make_due(delivery)
-    (again,) = [d for d in deliveries_claim(owner="w2", limit=10) if d.pk == delivery.pk]
+    (again,) = [
+        d for d in deliveries_claim(owner="w2", limit=10) if d.pk == delivery.pk
+    ]
     assert delivery_process(again, owner="w2").result == "duplicate"
     assert Notification.objects.count() == 1
     assert Delivery.objects.get(pk=delivery.pk).status == "done"
@@ -130,18 +147,23 @@ def broken_notifications(monkeypatch):
         registry.SUBSCRIPTIONS,
         "notification",
         registry.Subscription(
-            name=sub.name, accepts=sub.accepts, max_attempts=3,
+            name=sub.name,
+            accepts=sub.accepts,
+            max_attempts=3,
             handler="messaging.tests.test_spine.broken_handler",
         ),
-    )  # fmt: skip
+    )
 
 
-def test_failure_is_retried_with_backoff_then_dead_lettered(library_rows, broken_notifications):
+def test_failure_is_retried_with_backoff_then_dead_lettered(
+    library_rows, broken_notifications
+):
     loan_issue(book_id=1, member_id=1)
     drain()
     delivery = Delivery.objects.get(subscription="notification")
     assert (delivery.status, delivery.attempts) == ("pending", 1)
     assert delivery.last_error == "LookupError: member not found (message 1)"
+    assert delivery.last_failed_at is not None
     assert delivery.available_at >= delivery.last_failed_at  # waits for its backoff
     for _ in range(2):
         make_due(delivery)
@@ -151,15 +173,19 @@ def test_failure_is_retried_with_backoff_then_dead_lettered(library_rows, broken
     letter = DeadLetter.objects.get()
     assert letter.body == OutboxMessage.objects.get().body
     assert (letter.message_type, letter.subscription, letter.attempts) == (
-        "loan_issued", "notification", 3,
-    )  # fmt: skip
+        "loan_issued",
+        "notification",
+        3,
+    )
     assert letter.last_error.startswith("LookupError")
     assert letter.first_failed_at <= letter.last_failed_at
     # The other subscriptions were not held back by the broken one.
     assert Delivery.objects.filter(status="done").count() == 2
 
 
-def test_redrive_after_the_fix_processes_the_letter(library_rows, broken_notifications, django_user_model):
+def test_redrive_after_the_fix_processes_the_letter(
+    library_rows, broken_notifications, django_user_model
+):
     loan_issue(book_id=1, member_id=1)
     for _ in range(3):
         make_due(*Delivery.objects.all())
@@ -167,9 +193,10 @@ def test_redrive_after_the_fix_processes_the_letter(library_rows, broken_notific
     letter = DeadLetter.objects.get()
     operator = django_user_model.objects.create_user("op", is_staff=True)
     registry.SUBSCRIPTIONS["notification"] = registry.Subscription(
-        name="notification", accepts=registry.SUBSCRIPTIONS["notification"].accepts,
+        name="notification",
+        accepts=registry.SUBSCRIPTIONS["notification"].accepts,
         handler="library.subscribers.notify_member",
-    )  # fmt: skip  (monkeypatch restores the original after the test)
+    )  # (monkeypatch restores the original after the test)
     assert deadletter_redrive(ids=[letter.pk], user=operator) == 1
     assert deadletter_redrive(ids=[letter.pk], user=operator) == 0  # once only
     delivery = Delivery.objects.get(pk=letter.delivery_id)
@@ -198,13 +225,19 @@ def test_delivery_past_its_attempts_is_isolated_without_running(library_rows):
 
 def test_unparseable_body_goes_to_dead_letters_and_the_rest_flow(library_rows):
     with transaction.atomic():
-        outbox_publish(type=registry.MessageType.LOAN_ISSUED, key=1, body={"loan": "??"})
+        outbox_publish(
+            type=registry.MessageType.LOAN_ISSUED, key=1, body={"loan": "??"}
+        )
     loan_issue(book_id=2, member_id=1)
     for _ in range(5):
         make_due(*Delivery.objects.filter(status="pending"))
         drain()
     dead = DeadLetter.objects.filter(delivery__message__body={"loan": "??"})
-    assert {d.subscription for d in dead} == {"notification", "stock_summary", "broadcast"}
+    assert {d.subscription for d in dead} == {
+        "notification",
+        "stock_summary",
+        "broadcast",
+    }
     assert all("no integer" in d.last_error for d in dead)
     assert Notification.objects.count() == 1  # the well-formed loan went through
 

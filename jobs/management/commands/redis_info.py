@@ -17,7 +17,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["stop_embedded"]:
             stopped = stop_embedded(settings.VAR_DIR / "redis")
-            self.stdout.write("embedded Redis stopped" if stopped else "no embedded Redis ran")
+            self.stdout.write(
+                "embedded Redis stopped" if stopped else "no embedded Redis ran"
+            )
             return
         choice = settings.REDIS_CHOICE
         described = {

@@ -24,12 +24,20 @@ log = logging.getLogger("jobs.scheduler")
 LAST_RUN_KEY = "scheduler:last-enqueued"
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class Command(BaseCommand):
-    help = "Run the scheduler: enqueue periodic tasks when due (Ctrl-C or SIGTERM stops)."
+    help = (
+        "Run the scheduler: enqueue periodic tasks when due (Ctrl-C or SIGTERM stops)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="one pass, then exit")
-        parser.add_argument("--interval", type=float, default=1.0, help="seconds per pass")
+        parser.add_argument(
+            "--interval", type=float, default=1.0, help="seconds per pass"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stopping = False
@@ -51,7 +59,7 @@ class Command(BaseCommand):
         connection = django_rq.get_connection("default")
         stored = connection.hgetall(LAST_RUN_KEY)
         last = {
-            key.decode(): datetime.datetime.fromisoformat(value.decode())
+            _text(key): datetime.datetime.fromisoformat(_text(value))
             for key, value in stored.items()
         }
         now = timezone.now()

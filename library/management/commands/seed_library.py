@@ -11,7 +11,9 @@ from library.seed import READER_USERNAME, STAFF_USERNAME, seed_library
 
 
 class Command(BaseCommand):
-    help = "Load the demo library (course data set) and the demo accounts; safe to rerun."
+    help = (
+        "Load the demo library (course data set) and the demo accounts; safe to rerun."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
