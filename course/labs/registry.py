@@ -6,11 +6,25 @@ Adding a lab: write ``course/labs/<name>.py`` exposing ``LAB = Lab(...)`` and ad
 
 from __future__ import annotations
 
-from course.labs import cache_layers, message_queues
+from course.labs import (
+    cache_layers,
+    dead_letter_queues,
+    delivery_semantics,
+    message_queues,
+    poison_messages,
+    rationale,
+)
 from course.labs.base import Lab, LabError
 from course.lessons import lesson_get
 
-_ALL: tuple[Lab, ...] = (cache_layers.LAB, message_queues.LAB)
+_ALL: tuple[Lab, ...] = (
+    cache_layers.LAB,
+    rationale.LAB,
+    message_queues.LAB,
+    delivery_semantics.LAB,
+    dead_letter_queues.LAB,
+    poison_messages.LAB,
+)
 
 LABS: dict[str, Lab] = {lab.slug: lab for lab in _ALL}
 
