@@ -1,0 +1,466 @@
+"""What every benchmark shares: an isolated database and Redis, child processes, stats.
+
+Isolation is the first rule: a benchmark never touches the developer's data. It gets
+its own database (``var/bench.sqlite3``, or the PostgreSQL database ``library_bench``)
+recreated on every run, and Redis database ``BENCH_REDIS_DB``, flushed before each
+phase. Both reach every child process through the environment, which is also the only
+way ``config.settings`` is configured.
+
+This module imports nothing from Django at import time: rq workers import ``noop`` from
+it, and ``python -m bench.common rqworker QUEUE`` starts a baseline worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+VAR_DIR = ROOT / "var"
+LOG_DIR = VAR_DIR / "bench-logs"
+BENCH_REDIS_DB = 14
+SQLITE_PATH = VAR_DIR / "bench.sqlite3"
+POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/library_bench"
+
+
+class BenchError(RuntimeError):
+    """The benchmark cannot run as asked (unsafe target, a child died, a timeout)."""
+
+
+# --- The job of the baseline --------------------------------------------------
+
+
+def noop() -> None:
+    """Do nothing: the cheapest job rq can run, so only rq's own cost is measured."""
+
+
+# --- Database and environment -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchDatabase:
+    url: str
+
+    @property
+    def vendor(self) -> str:
+        return "sqlite" if self.url.startswith("sqlite") else "postgresql"
+
+    @property
+    def name(self) -> str:
+        """Return the database's name as Django will see it (a path for SQLite)."""
+        import dj_database_url
+
+        return str(dj_database_url.parse(self.url)["NAME"])
+
+    def recreate(self) -> None:
+        """Drop and create the database; refuse any database not named for benches."""
+        if "bench" not in Path(self.name).name:
+            raise BenchError(
+                f"refusing to recreate {self.name!r}: a benchmark database's name must"
+                " contain 'bench' (so it can never be the developer's database)"
+            )
+        if self.vendor == "sqlite":
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(self.name + suffix).unlink(missing_ok=True)
+            return
+        import dj_database_url
+        import psycopg
+
+        db = dj_database_url.parse(self.url)
+        with psycopg.connect(
+            dbname="postgres",
+            user=db.get("USER") or None,
+            password=db.get("PASSWORD") or None,
+            host=db.get("HOST") or "127.0.0.1",
+            port=db.get("PORT") or 5432,
+            autocommit=True,
+        ) as conn:
+            quoted = '"' + self.name.replace('"', '""') + '"'
+            conn.execute(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {quoted}")
+
+
+def choose_database(*, postgres: bool) -> BenchDatabase:
+    """Return the benchmark database: BENCH_DATABASE_URL, PostgreSQL, or SQLite."""
+    url = os.environ.get("BENCH_DATABASE_URL", "").strip()
+    if url:
+        return BenchDatabase(url)
+    if postgres:
+        return BenchDatabase(POSTGRES_URL)
+    return BenchDatabase(f"sqlite:///{SQLITE_PATH}")
+
+
+def bench_environment(database: BenchDatabase) -> dict[str, str]:
+    """Return the variables that point a process at the benchmark's data only.
+
+    DEBUG is off, as in production (no query log in the workers being measured); a
+    throwaway SECRET_KEY satisfies the settings' production check.
+    """
+    return {
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": database.url,
+        "LIBRARY_REDIS_DB": str(BENCH_REDIS_DB),
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-" + secrets.token_urlsafe(48),
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def django_setup(environment: dict[str, str]) -> None:
+    """Configure this process like the children, then check that it is isolated."""
+    os.environ.update(environment)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    expected = BenchDatabase(environment["DATABASE_URL"]).name
+    if str(database["NAME"]) != expected:
+        raise BenchError(
+            f"settings chose database {database['NAME']!r}, not {expected}"
+        )
+    redis_db = redis_connection().connection_pool.connection_kwargs.get("db")
+    if int(redis_db or 0) != BENCH_REDIS_DB:
+        raise BenchError(f"settings chose Redis database {redis_db}, not 14")
+
+
+def redis_connection() -> Any:
+    """Return the Redis connection the messaging queue uses (database 14 here)."""
+    import django_rq
+
+    return django_rq.get_connection("messaging")
+
+
+def flush_bench_redis() -> None:
+    """Empty the benchmark's Redis database, after checking that it is number 14."""
+    connection = redis_connection()
+    db = connection.connection_pool.connection_kwargs.get("db")
+    if int(db or 0) != BENCH_REDIS_DB:
+        raise BenchError(f"refusing to flush Redis database {db}")
+    connection.flushdb()
+
+
+# --- Child processes ----------------------------------------------------------
+
+
+def manage(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "manage.py"), *args]
+
+
+def baseline_worker(queue: str) -> list[str]:
+    """Return the command of a baseline worker (see ``run_rqworker``)."""
+    return [sys.executable, "-m", "bench.common", "rqworker", queue]
+
+
+@dataclass
+class Children:
+    """Child processes, each in its own process group, all killed on exit.
+
+    A group of its own lets one signal reach an rq worker and its forked work-horse.
+    """
+
+    environment: dict[str, str]
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _logs: dict[str, IO[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+        if name in self.processes:
+            raise BenchError(f"a child named {name} is already running")
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        log = open(LOG_DIR / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        process = subprocess.Popen(
+            list(argv),
+            cwd=ROOT,
+            env={**os.environ, **self.environment},
+            start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes[name] = process
+        self._logs[name] = log
+        return process
+
+    def check_alive(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise BenchError(
+                    f"{name} exited with {process.returncode};"
+                    f" see {LOG_DIR / (name + '.log')}"
+                )
+
+    def stop(self, name: str, *, grace: float = 10.0) -> None:
+        """SIGTERM the child's group (a warm shutdown), SIGKILL it after ``grace``."""
+        process = self.processes.pop(name)
+        family = _descendants(process.pid)
+        _signal_group(process, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace)
+        _kill_family(process, family + _descendants(process.pid))
+        self._logs.pop(name).close()
+
+    def stop_all(self, *, grace: float = 10.0) -> None:
+        for name in list(self.processes):
+            self.stop(name, grace=grace)
+
+    def kill_all(self) -> None:
+        """SIGKILL every child and descendant: the path taken on Ctrl-C and errors."""
+        for name in list(self.processes):
+            process = self.processes.pop(name)
+            _kill_family(process, _descendants(process.pid))
+            self._logs.pop(name).close()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Children]:
+        try:
+            yield self
+        finally:
+            self.kill_all()
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    # The group id is the child's pid (start_new_session); only our own children.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+
+
+def _start_time(pid: int) -> str | None:
+    """Return the process's start time (clock ticks since boot), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22; the command name (field 2) may hold spaces, so count after its ")".
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """Return (pid, start time) of every living descendant of ``pid``.
+
+    rq's work-horse calls ``setpgrp()``, so it leaves the worker's process group and
+    a signal to the group misses it; it is found here instead, while its parent lives.
+    """
+    found: list[tuple[int, str]] = []
+    stack = [pid]
+    while stack:
+        parent = stack.pop()
+        for children_file in Path(f"/proc/{parent}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for child in map(int, children_file.read_text().split()):
+                    started = _start_time(child)
+                    if started is not None:
+                        found.append((child, started))
+                        stack.append(child)
+    return found
+
+
+def _kill_family(
+    process: subprocess.Popen[bytes], family: list[tuple[int, str]]
+) -> None:
+    _signal_group(process, signal.SIGKILL)
+    for pid, started in family:
+        # The start time guards against a pid reused since it was recorded.
+        if _start_time(pid) == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """Make SIGTERM, SIGHUP and SIGINT end the run through ``finally`` blocks."""
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {s: signal.signal(s, leave) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # Ctrl-C raises KeyboardInterrupt even when started with SIGINT ignored (as a
+    # shell does for a background job).
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def wait_for_workers(
+    queue: str, count: int, children: Children, *, timeout: float = 90.0
+) -> None:
+    """Wait until ``count`` rq workers listen on ``queue``: booted and idle."""
+    from rq import Queue, Worker
+
+    connection = redis_connection()
+    wait_until(
+        lambda: len(Worker.all(queue=Queue(queue, connection=connection))) >= count,
+        timeout=timeout,
+        what=f"{count} workers on {queue}",
+        children=children,
+    )
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    children: Children | None = None,
+    interval: float = 0.05,
+    required: bool = True,
+) -> bool:
+    """Poll ``condition``; return whether it came true in time.
+
+    A child that died raises at once; a timeout raises only when ``required``.
+    """
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if children is not None:
+            children.check_alive()
+        if time.monotonic() > deadline:
+            if required:
+                raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
+            return False
+        time.sleep(interval)
+    return True
+
+
+def migrate(children: Children) -> None:
+    """Run ``manage.py migrate`` against the benchmark database, as a child."""
+    result = subprocess.run(
+        manage("migrate", "--noinput", "--verbosity", "0"),
+        cwd=ROOT,
+        env={**os.environ, **children.environment},
+        capture_output=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise BenchError(f"migrate failed:\n{result.stderr.decode(errors='replace')}")
+
+
+# --- Numbers ------------------------------------------------------------------
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Return the nearest-rank percentile (a value that was actually observed)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return float(ordered[rank - 1])
+
+
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def machine_info() -> dict[str, Any]:
+    """Describe where the numbers came from, including the code's exact state."""
+
+    def git(*args: str) -> str:
+        result = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+        )
+        return result.stdout.strip()
+
+    load = os.getloadavg()
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in load],
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Return a plain-text table with right-aligned numbers."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [
+        max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
+        for i, h in enumerate(headers)
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(
+            v.ljust(w) if i == 0 else v.rjust(w)
+            for i, (v, w) in enumerate(zip(values, widths, strict=True))
+        )
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule, *(line(r) for r in cells)])
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def write_results(stem: str, data: dict[str, Any], markdown: str) -> list[Path]:
+    """Write ``results/<stem>.json`` and ``.md`` atomically; return their paths."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    written = []
+    for suffix, text in (
+        (".json", json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"),
+        (".md", markdown),
+    ):
+        path = RESULTS_DIR / f"{stem}{suffix}"
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(text)
+        temporary.replace(path)
+        written.append(path)
+    return written
+
+
+# --- The baseline worker ------------------------------------------------------
+
+
+def run_rqworker(queue: str) -> None:
+    """Run ``manage.py rqworker`` on a queue that is not in ``RQ_QUEUES``.
+
+    The queue is registered at run time with the messaging queue's configuration, so
+    the baseline runs through the very command (worker class, fork per job, Redis
+    connection, logging level) that runs the messaging drains.
+    """
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    settings.RQ_QUEUES[queue] = dict(settings.RQ_QUEUES["messaging"])
+    call_command("rqworker", queue, verbosity=0)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "rqworker":
+        sys.exit("usage: python -m bench.common rqworker QUEUE")
+    run_rqworker(sys.argv[2])

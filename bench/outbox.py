@@ -1,0 +1,529 @@
+"""The messaging benchmark: the outbox drain beside one rq job per message.
+
+Two measurements, both against real processes:
+
+1. Drain throughput, interleaved ABAB so both sides share the machine's noise:
+   OURS publishes N loans (N outbox messages, 3 deliveries each) with no worker
+   running, boots W ``manage.py rqworker messaging`` processes, nudges once and times
+   until the last delivery is done. BASELINE enqueues N no-op rq jobs on their own
+   queue, boots W workers of the same ``rqworker`` command on it and times until the
+   last job has finished. Both clocks start with workers booted and idle, and stop at
+   the completion time the workers wrote (``done_at``, rq's ``ended_at``).
+2. Commit-to-effect latency: W workers and ``manage.py scheduler`` run while loans are
+   issued at a steady rate; for each loan, notification.created_at minus
+   outbox_message.created_at.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.common import (
+    BenchError,
+    Children,
+    baseline_worker,
+    flush_bench_redis,
+    format_table,
+    manage,
+    median,
+    percentile,
+    redis_connection,
+    utcnow,
+    wait_for_workers,
+    wait_until,
+)
+
+NAME = "outbox"
+TARGET_RATIO = 1.5
+BASELINE_QUEUE = "bench-baseline"
+BRANCHES = 4
+BOOKS_PER_BRANCH = 50
+MEMBERS = 500
+COPIES = 1_000_000  # never runs out, so every loan_issue succeeds
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("outbox")
+    group.add_argument("--loans", type=int, help="N messages per run (default 2000)")
+    group.add_argument("--workers", type=int, help="W worker processes (default 2)")
+    group.add_argument("--repeats", type=int, help="R runs per side (default 3)")
+    group.add_argument("--rate", type=float, help="loans/s for latency (default 40)")
+    group.add_argument("--duration", type=float, help="latency seconds (default 10)")
+
+
+@dataclass(frozen=True)
+class Params:
+    loans: int
+    workers: int
+    repeats: int
+    rate: float
+    duration: float
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace) -> Params:
+        quick = options.quick
+        params = cls(
+            loans=options.loans or (200 if quick else 2000),
+            workers=options.workers or 2,
+            repeats=options.repeats or (1 if quick else 3),
+            rate=options.rate or 40.0,
+            duration=options.duration or (3.0 if quick else 10.0),
+        )
+        if min(params.loans, params.workers, params.repeats) < 1:
+            raise BenchError("--loans, --workers and --repeats must be at least 1")
+        return params
+
+
+@dataclass(frozen=True)
+class DrainRun:
+    side: str
+    repeat: int
+    messages: int
+    effects: int
+    wall_s: float
+    # OURS only: how many drain jobs ran, and how many ever ran at the same time.
+    drain_jobs: int = 0
+    max_parallel_drains: int = 0
+
+    @property
+    def messages_per_s(self) -> float:
+        return self.messages / self.wall_s
+
+    @property
+    def effects_per_s(self) -> float:
+        return self.effects / self.wall_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "messages_per_s": round(self.messages_per_s, 1),
+            "effects_per_s": round(self.effects_per_s, 1),
+        }
+
+
+# --- Data ---------------------------------------------------------------------
+
+
+def create_library() -> tuple[list[int], list[int]]:
+    """Create the benchmark's own branches, books and members; return their ids."""
+    from library.models import Book, Branch, Member
+
+    branches = Branch.objects.bulk_create(
+        [Branch(name=f"Bench {n}", city="Bench") for n in range(1, BRANCHES + 1)]
+    )
+    books = Book.objects.bulk_create(
+        [
+            Book(
+                title=f"Bench book {b.pk}-{n}",
+                author="Bench",
+                branch=b,
+                on_shelf=COPIES,
+            )
+            for b in branches
+            for n in range(BOOKS_PER_BRANCH)
+        ]
+    )
+    members = Member.objects.bulk_create(
+        [
+            Member(
+                first_name="Bench",
+                last_name=str(n),
+                registered_at=datetime.date(2024, 1, 1),
+            )
+            for n in range(MEMBERS)
+        ]
+    )
+    return [b.pk for b in books], [m.pk for m in members]
+
+
+def reset_activity() -> None:
+    """Delete every loan and message a previous phase left, so each run starts equal."""
+    from library.models import Book, BranchStock, Loan, Notification
+    from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
+
+    for model in (
+        Notification,
+        DeadLetter,
+        ProcessedMessage,
+        Delivery,
+        OutboxMessage,
+        Loan,
+        BranchStock,
+    ):
+        model.objects.all().delete()
+    Book.objects.update(on_shelf=COPIES)
+
+
+def issue_loans(count: int, books: list[int], members: list[int]) -> None:
+    from library.services import loan_issue
+
+    for n in range(count):
+        loan_issue(book_id=books[n % len(books)], member_id=members[n % len(members)])
+
+
+def effects_per_loan() -> int:
+    from messaging.registry import MessageType, subscriptions_for
+
+    return len(subscriptions_for(MessageType.LOAN_ISSUED))
+
+
+# --- Throughput ---------------------------------------------------------------
+
+
+def drain_ours(
+    *, children: Children, params: Params, repeat: int, ids: tuple[list[int], list[int]]
+) -> DrainRun:
+    """Publish N loans with no worker, then time W workers draining them."""
+    from django.db.models import Max
+
+    from messaging.models import Delivery
+    from messaging.tasks import nudge_drain
+
+    reset_activity()
+    flush_bench_redis()
+    issue_loans(params.loans, *ids)
+    # Each commit nudged into a queue nobody listens to: drop those drain jobs, so
+    # the run starts from the single nudge below with every worker idle.
+    flush_bench_redis()
+    names = [f"ours-{repeat}-{w}" for w in range(params.workers)]
+    for name in names:
+        children.start(name, manage("rqworker", "messaging", "--verbosity", "0"))
+    wait_for_workers("messaging", params.workers, children)
+    expected = params.loans * effects_per_loan()
+    started = utcnow()
+    nudge_drain()
+    wait_until(
+        lambda: (
+            Delivery.objects.filter(status=Delivery.Status.DONE).count() >= expected
+        ),
+        timeout=max(120.0, params.loans * 0.2),
+        what=f"{expected} deliveries done",
+        children=children,
+        interval=0.1,
+    )
+    finished = Delivery.objects.aggregate(end=Max("done_at"))["end"]
+    for name in names:
+        children.stop(name)
+    not_done = Delivery.objects.exclude(status=Delivery.Status.DONE).count()
+    if not_done:
+        raise BenchError(f"{not_done} deliveries ended up not done (dead letters?)")
+    jobs, parallel = _drain_concurrency()
+    return DrainRun(
+        side="ours",
+        repeat=repeat,
+        messages=params.loans,
+        effects=expected,
+        wall_s=(finished - started).total_seconds(),
+        drain_jobs=jobs,
+        max_parallel_drains=parallel,
+    )
+
+
+def _drain_concurrency() -> tuple[int, int]:
+    """Return how many drain jobs did the work and the most that overlapped.
+
+    A drain job's lease owner is unique per job; its span is from its first claim's
+    work to its last ``done_at`` (approximated by the done times it wrote).
+    """
+    from django.db.models import Max, Min
+
+    from messaging.models import Delivery
+
+    spans = list(
+        Delivery.objects.values("lease_owner").annotate(
+            first=Min("done_at"), last=Max("done_at")
+        )
+    )
+    events = sorted(
+        [(s["first"], 1) for s in spans] + [(s["last"], -1) for s in spans],
+        key=lambda e: (e[0], -e[1]),
+    )
+    running = most = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return len(spans), most
+
+
+def drain_baseline(*, children: Children, params: Params, repeat: int) -> DrainRun:
+    """Enqueue N no-op jobs on a queue of their own; time W workers running them."""
+    from rq import Queue
+    from rq.job import Job
+
+    flush_bench_redis()
+    connection = redis_connection()
+    names = [f"baseline-{repeat}-{w}" for w in range(params.workers)]
+    for name in names:
+        children.start(name, baseline_worker(BASELINE_QUEUE))
+    wait_for_workers(BASELINE_QUEUE, params.workers, children)
+    queue = Queue(BASELINE_QUEUE, connection=connection)
+    datas = [Queue.prepare_data("bench.common.noop") for _ in range(params.loans)]
+    # One MULTI/EXEC: the workers see all N jobs at the same instant, as the drain
+    # sees all N outbox rows at once.
+    with connection.pipeline() as pipe:
+        jobs = queue.enqueue_many(datas, pipeline=pipe)
+        pipe.execute()
+    started = utcnow()
+    finished_registry = queue.finished_job_registry
+    failed_registry = queue.failed_job_registry
+    wait_until(
+        lambda: finished_registry.count + failed_registry.count >= params.loans,
+        timeout=max(120.0, params.loans * 0.2),
+        what=f"{params.loans} baseline jobs finished",
+        children=children,
+        interval=0.02,
+    )
+    failed = failed_registry.count
+    ids = [job.id for job in jobs]
+    ended = [
+        job.ended_at
+        for job in Job.fetch_many(ids, connection=connection)
+        if job is not None and job.ended_at is not None
+    ]
+    for name in names:
+        children.stop(name)
+    if failed or len(ended) != params.loans:
+        raise BenchError(f"baseline: {failed} jobs failed, {len(ended)} ended")
+    finished = max(ended).replace(tzinfo=datetime.UTC)
+    return DrainRun(
+        side="baseline",
+        repeat=repeat,
+        messages=params.loans,
+        effects=params.loans,
+        wall_s=(finished - started).total_seconds(),
+    )
+
+
+# --- Latency ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    loans: int
+    achieved_rate: float
+    notification_ms: dict[str, float]
+    all_effects_ms: dict[str, float]
+    missing_effects: int
+    missing_notifications: int
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(percentile(values, 50), 1),
+        "p90": round(percentile(values, 90), 1),
+        "p99": round(percentile(values, 99), 1),
+        "max": round(max(values), 1) if values else float("nan"),
+    }
+
+
+def latency(
+    *, children: Children, params: Params, ids: tuple[list[int], list[int]]
+) -> LatencyResult:
+    """Issue loans at a steady rate with workers and the scheduler running."""
+    from django.db.models import Max
+
+    from library.models import Notification
+    from library.services import loan_issue
+    from messaging.models import Delivery, OutboxMessage
+
+    reset_activity()
+    flush_bench_redis()
+    names = [f"latency-worker-{w}" for w in range(params.workers)]
+    for name in names:
+        children.start(name, manage("rqworker", "messaging", "--verbosity", "0"))
+    children.start("latency-scheduler", manage("scheduler"))
+    wait_for_workers("messaging", params.workers, children)
+    books, members = ids
+    count = max(1, round(params.rate * params.duration))
+    began = time.monotonic()
+    for n in range(count):
+        # An absolute schedule: a slow issue is caught up, not carried forward.
+        delay = began + n / params.rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        loan_issue(book_id=books[n % len(books)], member_id=members[n % len(members)])
+    elapsed = time.monotonic() - began
+    expected = count * effects_per_loan()
+    # Not required: effects still missing after a minute are the result, not an error.
+    wait_until(
+        lambda: (
+            Delivery.objects.filter(status=Delivery.Status.DONE).count() >= expected
+        ),
+        timeout=60.0,
+        what="every effect of the steady load",
+        children=children,
+        interval=0.1,
+        required=False,
+    )
+    for name in [*names, "latency-scheduler"]:
+        children.stop(name)
+    created = dict(OutboxMessage.objects.values_list("id", "created_at"))
+    notified = list(Notification.objects.values_list("source_message_id", "created_at"))
+    notification_ms = [
+        (at - created[source]).total_seconds() * 1000 for source, at in notified
+    ]
+    done = list(
+        Delivery.objects.filter(status=Delivery.Status.DONE)
+        .values("message_id")
+        .annotate(last=Max("done_at"))
+    )
+    all_ms = [
+        (row["last"] - created[row["message_id"]]).total_seconds() * 1000
+        for row in done
+    ]
+    done_count = Delivery.objects.filter(status=Delivery.Status.DONE).count()
+    return LatencyResult(
+        loans=count,
+        achieved_rate=round(count / elapsed, 1),
+        notification_ms=_summary(notification_ms),
+        all_effects_ms=_summary(all_ms),
+        missing_effects=expected - done_count,
+        missing_notifications=count - len(notified),
+    )
+
+
+# --- The benchmark ------------------------------------------------------------
+
+
+def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
+    """Run both measurements; print the tables; return the results document."""
+    params = Params.from_options(options)
+    ids = create_library()
+    runs: list[DrainRun] = []
+    for repeat in range(1, params.repeats + 1):
+        # ABAB: each pair shares whatever the machine is doing at that moment.
+        for side in ("ours", "baseline"):
+            print(f"  throughput run {repeat}/{params.repeats}: {side} ...", flush=True)
+            if side == "ours":
+                run_ = drain_ours(
+                    children=children, params=params, repeat=repeat, ids=ids
+                )
+            else:
+                run_ = drain_baseline(children=children, params=params, repeat=repeat)
+            detail = (
+                f", {run_.drain_jobs} drain jobs, at most"
+                f" {run_.max_parallel_drains} at once"
+                if side == "ours"
+                else ""
+            )
+            print(
+                f"    {run_.wall_s:.2f} s, {run_.messages_per_s:,.0f} messages/s"
+                + detail,
+                flush=True,
+            )
+            runs.append(run_)
+    print("  latency under steady load ...", flush=True)
+    steady = latency(children=children, params=params, ids=ids)
+
+    ours = [r for r in runs if r.side == "ours"]
+    base = [r for r in runs if r.side == "baseline"]
+    ratio = median([r.messages_per_s for r in ours]) / median(
+        [r.messages_per_s for r in base]
+    )
+    pair_ratios = [
+        round(a.messages_per_s / b.messages_per_s, 2)
+        for a, b in zip(ours, base, strict=True)
+    ]
+    throughput = {
+        side: {
+            "median_wall_s": round(median([r.wall_s for r in side_runs]), 3),
+            "median_messages_per_s": round(
+                median([r.messages_per_s for r in side_runs]), 1
+            ),
+            "median_effects_per_s": round(
+                median([r.effects_per_s for r in side_runs]), 1
+            ),
+            "runs": [r.as_dict() for r in side_runs],
+        }
+        for side, side_runs in (("ours", ours), ("baseline", base))
+    }
+    result = {
+        "params": asdict(params),
+        "max_parallel_drains": max(r.max_parallel_drains for r in ours),
+        "throughput": throughput,
+        "ratio_messages_per_s": round(ratio, 2),
+        "pair_ratios": pair_ratios,
+        "target_ratio": TARGET_RATIO,
+        "target_met": ratio >= TARGET_RATIO,
+        "latency": asdict(steady),
+    }
+    print()
+    print(text_report(result))
+    return result
+
+
+def text_report(result: dict[str, Any]) -> str:
+    t = result["throughput"]
+    p = result["params"]
+    rows = [
+        [
+            "ours: outbox drain (3 effects/msg)",
+            t["ours"]["median_wall_s"],
+            t["ours"]["median_messages_per_s"],
+            t["ours"]["median_effects_per_s"],
+        ],
+        [
+            "baseline: 1 no-op rq job/msg",
+            t["baseline"]["median_wall_s"],
+            t["baseline"]["median_messages_per_s"],
+            t["baseline"]["median_effects_per_s"],
+        ],
+    ]
+    lat = result["latency"]
+    latency_rows = [
+        ["commit -> notification", *lat["notification_ms"].values()],
+        ["commit -> all 3 effects", *lat["all_effects_ms"].values()],
+    ]
+    met = "met" if result["target_met"] else "NOT met"
+    return "\n".join(
+        [
+            f"Drain throughput: N={p['loans']} messages, W={p['workers']} workers,"
+            f" median of {p['repeats']} interleaved runs",
+            format_table(["side", "wall s", "messages/s", "effects/s"], rows),
+            f"ratio ours/baseline (messages/s): {result['ratio_messages_per_s']:.2f}x"
+            f"  (per pair: {', '.join(f'{r:.2f}' for r in result['pair_ratios'])});"
+            f" target >= {result['target_ratio']}x {met}",
+            "drain jobs running at once (ours, most seen):"
+            f" {result['max_parallel_drains']} of {p['workers']} workers",
+            "",
+            f"Commit-to-effect latency: {lat['loans']} loans at {p['rate']:g}/s"
+            f" (achieved {lat['achieved_rate']:g}/s), W={p['workers']} + scheduler",
+            format_table(["ms", "p50", "p90", "p99", "max"], latency_rows),
+            f"missing effects at the end: {lat['missing_effects']}"
+            f" (notifications: {lat['missing_notifications']})",
+        ]
+    )
+
+
+def markdown_report(document: dict[str, Any]) -> str:
+    result = document["results"][NAME]
+    machine = document["machine"]
+    return "\n".join(
+        [
+            "# Messaging benchmark (outbox)",
+            "",
+            f"- date: {document['date']}",
+            f"- database: {document['database']}, Redis db {document['redis_db']}",
+            f"- machine: {machine['cpus']} CPUs, {machine['platform']}, Python"
+            f" {machine['python']}, load at start {machine['load_average_at_start']}",
+            f"- code: {machine['git_commit'][:12]}"
+            + (
+                " (working tree had uncommitted changes)"
+                if machine["git_dirty"]
+                else ""
+            ),
+            f"- command: `{document['command']}`",
+            "",
+            "```",
+            text_report(result),
+            "```",
+            "",
+            "Ratios are medians of runs interleaved with the baseline on the same"
+            " machine; compare ratios, not absolute times (see bench/README.md).",
+            "",
+        ]
+    )
