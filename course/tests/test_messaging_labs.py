@@ -499,3 +499,29 @@ def test_bad_values_exit_2_with_one_line(args, needle):
 def test_validate_rejects_the_same_values_as_the_command():
     with pytest.raises(ParamError, match="consumers \\* attempts"):
         lab_get(POISON).validate({"consumers": 5000, "attempts": 21})
+
+
+# --- the lesson pages ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("slug", [RATIONALE, DELIVERY, DEAD_LETTERS, POISON])
+def test_every_chart_names_columns_the_model_produces(slug):
+    lab = lab_get(slug)
+    tables = lab.run(lab.defaults())["tables"]
+    assert lab.charts
+    for chart in lab.charts:
+        found = tables[chart.table]
+        assert chart.label in found["columns"]
+        for value in chart.values:
+            at = found["columns"].index(value)
+            assert all(isinstance(row[at], int | float) for row in found["rows"])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("slug", [RATIONALE, DELIVERY, DEAD_LETTERS, POISON])
+def test_lesson_page_offers_the_lab_form(client, slug):
+    html = client.get(f"/course/{slug}/").content.decode()
+    assert '<form id="lab-form"' in html
+    assert f'action="/course/{slug}/run"' in html
+    for param in lab_get(slug).params:
+        assert f'name="{param.name}"' in html
