@@ -20,8 +20,8 @@ chart), ``selection_workload`` (how many messages need how many attempts),
 everything a redrive needs) and ``redrive`` (the same drain, the cause fixed, the
 records sent back with reset counters and drained again).
 
-The queue and dead-letter relations are kept in an in-memory SQLite database with
-the lesson's columns. Ids in ``permanent`` above ``messages`` name no message and
+The queue and the dead-letter records live in an in-memory SQLite database; a record
+keeps the body, type, attempt count, last error and source queue. Ids in ``permanent`` above ``messages`` name no message and
 change nothing, as in the course, which only looks the set up for existing messages.
 """
 

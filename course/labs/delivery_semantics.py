@@ -9,8 +9,8 @@ Model part, two measurements:
 
    - ``at-most-once``: acknowledge, then send;
    - ``at-least-once``: send, then acknowledge;
-   - ``deduplication``: send and record the message id in ``processed_message`` in
-     one transaction, then acknowledge; a message already recorded is not sent again.
+   - ``deduplication``: send and record the message id in a guard table in one
+     transaction, then acknowledge; a message already recorded is not sent again.
 
    The tables live in an in-memory SQLite database in autocommit mode, so a "death"
    rolls back exactly what an open transaction held, as in the lesson.
