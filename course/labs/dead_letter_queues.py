@@ -21,8 +21,9 @@ everything a redrive needs) and ``redrive`` (the same drain, the cause fixed, th
 records sent back with reset counters and drained again).
 
 The queue and the dead-letter records live in an in-memory SQLite database; a record
-keeps the body, type, attempt count, last error and source queue. Ids in ``permanent`` above ``messages`` name no message and
-change nothing, as in the course, which only looks the set up for existing messages.
+keeps the body, type, attempt count, last error and source queue. Ids in
+``permanent`` above ``messages`` name no message and change nothing, as in the
+course, which only looks the set up for existing messages.
 """
 
 from __future__ import annotations
