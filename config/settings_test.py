@@ -8,6 +8,9 @@ import os
 
 os.environ.setdefault("DEBUG", "true")
 os.environ.setdefault("LIBRARY_REDIS_DB", "15")
+# Channel groups of this run only (child daphnes inherit it): two test runs on one
+# machine must not see each other's broadcasts.
+os.environ.setdefault("LIBRARY_CHANNEL_PREFIX", f"asgi-test-{os.getpid()}")
 
 from config.settings import *  # noqa: F403
 

@@ -107,6 +107,25 @@ class ProcessedMessage(models.Model):
         return f"{self.subscription} processed #{self.message_id}"
 
 
+class ProbeEffect(models.Model):
+    """The effect of a ``lab_probe`` message: one row per application, repeats kept.
+
+    Not unique on purpose: the labs count repeated effects when a mode lets them in.
+    """
+
+    run = models.CharField(max_length=40, db_index=True)
+    seq = models.PositiveIntegerField()
+    message = models.ForeignKey(OutboxMessage, on_delete=models.CASCADE, null=True)
+    mode = models.CharField(max_length=20, default="deduplication")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"probe {self.run}#{self.seq}"
+
+
 class DeadLetter(models.Model):
     """A delivery that used up its attempts, kept with all a redrive needs."""
 

@@ -21,6 +21,8 @@ class MessageType(StrEnum):
     LOAN_ISSUED = "loan_issued"
     RETURN_RECEIVED = "return_received"
     STOCK_CORRECTED = "stock_corrected"
+    # Published only by the course's live labs: a measurable effect with crash points.
+    LAB_PROBE = "lab_probe"
 
 
 class LoanBody(TypedDict):
@@ -52,7 +54,9 @@ class Subscription:
     visibility: datetime.timedelta | None = None
 
 
-ALL_TYPES = frozenset(MessageType)
+LIBRARY_TYPES = frozenset(
+    {MessageType.LOAN_ISSUED, MessageType.RETURN_RECEIVED, MessageType.STOCK_CORRECTED}
+)
 
 SUBSCRIPTIONS: dict[str, Subscription] = {
     s.name: s
@@ -64,16 +68,24 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
         ),
         Subscription(
             name="stock_summary",
-            accepts=ALL_TYPES,
+            accepts=LIBRARY_TYPES,
             handler="library.subscribers.refresh_branch_stock",
         ),
         Subscription(
             name="broadcast",
-            accepts=ALL_TYPES,
+            accepts=LIBRARY_TYPES,
             handler="library.subscribers.broadcast_branch_stock",
             # A broadcast is worth little once stale: give up sooner.
             max_attempts=3,
             backoff=Backoff(base_ms=200, cap_ms=2_000),
+        ),
+        Subscription(
+            name="lab_probe",
+            accepts=frozenset({MessageType.LAB_PROBE}),
+            handler="messaging.probes.apply_probe",
+            # The threshold of the dead-letter and poison lessons.
+            max_attempts=3,
+            backoff=Backoff(base_ms=50, cap_ms=400),
         ),
     )
 }

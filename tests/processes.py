@@ -2,49 +2,24 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
-from urllib.parse import quote, urlparse
 
-from django.conf import settings
-from django.db import connection
+from jobs.processes import ROOT, child_environment, kill_group, manage_command
+from jobs.processes import start_manage as _start_manage
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_database_url() -> str:
-    """Return a DATABASE_URL for the database this test run uses (the test copy)."""
-    db = connection.settings_dict
-    if db["ENGINE"] == "django.db.backends.sqlite3":
-        return f"sqlite:///{db['NAME']}"
-    user = quote(db.get("USER") or "")
-    password = f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else ""
-    auth = f"{user}{password}@" if user else ""
-    host = db.get("HOST") or "127.0.0.1"
-    port = f":{db['PORT']}" if db.get("PORT") else ""
-    return f"postgres://{auth}{host}{port}/{db['NAME']}"
+__all__ = ["ROOT", "child_env", "free_port", "manage", "start_daphne", "stop"]
 
 
 def child_env() -> dict[str, str]:
     """Environment for a child process that shares this test's database and Redis."""
-    redis_db = urlparse(settings.REDIS_URL).path.lstrip("/") or "0"
-    return {
-        **os.environ,
-        "DEBUG": "true",
-        "DATABASE_URL": test_database_url(),
-        "LIBRARY_REDIS_DB": redis_db,
-        "LIBRARY_VAR_DIR": str(settings.VAR_DIR),
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "PYTHONUNBUFFERED": "1",
-    }
+    return child_environment(DEBUG="true")
 
 
 def manage(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "manage.py"), *args]
+    return manage_command(*args)
 
 
 def free_port() -> int:
@@ -69,13 +44,13 @@ def wait_for_port(
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a process started by these helpers (SIGTERM, then SIGKILL)."""
     if process.poll() is None:
         process.terminate()
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            kill_group(process)
 
 
 def start_daphne(
@@ -106,12 +81,5 @@ def start_daphne(
 def start_manage(
     *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start ``manage.py ARGS`` in its own session, so a group kill reaches all."""
-    return subprocess.Popen(
-        manage(*args),
-        cwd=ROOT,
-        env=env or child_env(),
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    """Start ``manage.py ARGS`` in its own session, sharing this test's database."""
+    return _start_manage(*args, env=env or child_env())

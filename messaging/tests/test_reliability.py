@@ -6,11 +6,8 @@ run's database and Redis, so they need committed data (transaction=True).
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -18,36 +15,19 @@ import time
 import pytest
 from django.db.models import Count
 
-from tests.processes import ROOT, child_env, manage
+from jobs.processes import kill_group
 from library.models import Book, Branch, Loan, Member, Notification
 from library.services import loan_issue
 from messaging.models import DeadLetter, Delivery
+from tests.processes import ROOT, child_env, start_manage
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 LEASE_SECONDS = 2
 
 
 def start(*args: str) -> subprocess.Popen[bytes]:
-    env = {
-        **child_env(),
-        "MESSAGING_LEASE_SECONDS": str(LEASE_SECONDS),
-        "LOG_LEVEL": "WARNING",
-    }
-    # A session of its own, so SIGKILL reaches the worker and its work-horse together.
-    return subprocess.Popen(
-        manage(*args),
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def sigkill(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    env = {**child_env(), "MESSAGING_LEASE_SECONDS": str(LEASE_SECONDS)}
+    return start_manage(*args, env={**env, "LOG_LEVEL": "WARNING"})
 
 
 def make_library(books: int, members: int) -> None:
@@ -98,19 +78,19 @@ def test_sigkilled_workers_leave_exactly_one_notification_per_loan(redis_client)
             loan_issue(book_id=n % 50 + 1, member_id=n % 100 + 1)
             if n % 250 == 125:  # kill one worker mid-drain, then replace it
                 victim = rng.randrange(len(workers))
-                sigkill(workers[victim])
+                kill_group(workers[victim])
                 workers[victim] = start("rqworker", "messaging")
                 kills += 1
         for _ in range(3):  # and a few more while the backlog drains
             time.sleep(rng.uniform(0.3, 1.0))
             victim = rng.randrange(len(workers))
-            sigkill(workers[victim])
+            kill_group(workers[victim])
             workers[victim] = start("rqworker", "messaging")
             kills += 1
         wait_until_settled(timeout=240)
     finally:
         for process in [*workers, scheduler]:
-            sigkill(process)
+            kill_group(process)
     assert kills == 11
     assert Loan.objects.count() == loans
     per_loan = Notification.objects.values("loan_id").annotate(n=Count("id"))
@@ -136,8 +116,8 @@ def test_redis_flushed_mid_run_delays_but_loses_nothing(redis_client):
         time.sleep(0.2)
         wait_until_settled(timeout=60)
     finally:
-        sigkill(worker)
-        sigkill(scheduler)
+        kill_group(worker)
+        kill_group(scheduler)
     assert Notification.objects.count() == 80
     assert Delivery.objects.filter(status="done").count() == 240
 
@@ -190,8 +170,8 @@ def test_message_that_kills_its_worker_is_isolated_and_others_flow(
                 break
             time.sleep(0.3)
     finally:
-        sigkill(worker)
-        sigkill(scheduler)
+        kill_group(worker)
+        kill_group(scheduler)
     dead = list(DeadLetter.objects.all())
     assert len(dead) == 2  # the two loans of book 3, and nothing else
     assert {d.subscription for d in dead} == {"notification"}

@@ -25,7 +25,7 @@ PASSWORD = "correct-horse-battery"
 
 
 @pytest.fixture
-def library(redis_client):
+def library(transactional_db):
     branch = Branch.objects.create(id=1, name="Central", city="Ankara")
     Book.objects.create(id=1, title="Dune", author="Herbert", branch=branch, on_shelf=5)
     Book.objects.create(id=2, title="Emma", author="Austen", branch=branch, on_shelf=2)
@@ -36,17 +36,26 @@ def library(redis_client):
     return branch
 
 
-@pytest.fixture
-def instances(library):
-    """Two daphne instances, one messaging worker and the scheduler (the sweep)."""
-    ports = [free_port(), free_port()]
-    servers = [start_daphne(port) for port in ports]
-    helpers = [start_manage("rqworker", "messaging"), start_manage("scheduler")]
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker):
+    """Two daphne instances, one messaging worker and the scheduler (the sweep).
+
+    Started once for the module: they read the database afresh on every request.
+    """
+    with django_db_blocker.unblock():
+        ports = [free_port(), free_port()]
+        servers = [start_daphne(port) for port in ports]
+        helpers = [start_manage("rqworker", "messaging"), start_manage("scheduler")]
     try:
         yield ports
     finally:
         for process in [*servers, *helpers]:
             stop(process)
+
+
+@pytest.fixture
+def instances(stack, library):
+    return stack
 
 
 def issue_loan_through_form(port: int, book_id: int) -> None:
@@ -57,7 +66,11 @@ def issue_loan_through_form(port: int, book_id: int) -> None:
         token = client.cookies["csrftoken"]
         login = client.post(
             "/login/",
-            data={"username": "desk", "password": PASSWORD, "csrfmiddlewaretoken": token},
+            data={
+                "username": "desk",
+                "password": PASSWORD,
+                "csrfmiddlewaretoken": token,
+            },
             headers={"Referer": base + "/login/"},
         )
         assert login.status_code == 302, login.text[:300]
