@@ -86,6 +86,8 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
             # The threshold of the dead-letter and poison lessons.
             max_attempts=3,
             backoff=Backoff(base_ms=50, cap_ms=400),
+            # Short: a lab waits seconds, not half a minute, for a dead worker's lease.
+            visibility=datetime.timedelta(seconds=2),
         ),
     )
 }
