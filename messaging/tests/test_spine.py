@@ -162,7 +162,8 @@ def test_failure_is_retried_with_backoff_then_dead_lettered(
     drain()
     delivery = Delivery.objects.get(subscription="notification")
     assert (delivery.status, delivery.attempts) == ("pending", 1)
-    assert delivery.last_error == "LookupError: member not found (message 1)"
+    message_id = OutboxMessage.objects.get().pk
+    assert delivery.last_error == f"LookupError: member not found (message {message_id})"
     assert delivery.last_failed_at is not None
     assert delivery.available_at >= delivery.last_failed_at  # waits for its backoff
     for _ in range(2):
