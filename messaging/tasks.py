@@ -8,6 +8,7 @@ import socket
 import uuid
 
 import django_rq
+from django.db import close_old_connections, connection
 from redis.exceptions import RedisError
 
 from messaging.services import messaging_drain, work_remaining
@@ -36,10 +37,18 @@ def nudge_drain() -> None:
 def drain() -> dict[str, int]:
     """Relay and process deliveries for a bounded time; re-nudge if work remains."""
     django_rq.get_connection(QUEUE).delete(QUEUED_KEY)
+    # A worker outlives many jobs (SimpleWorker) or forks them from a parent that
+    # may hold a connection: start and end each drain on a connection of its own.
+    if not connection.in_atomic_block:
+        close_old_connections()
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    report = messaging_drain(owner=owner)
-    if work_remaining():
-        nudge_drain()
+    try:
+        report = messaging_drain(owner=owner)
+        if work_remaining():
+            nudge_drain()
+    finally:
+        if not connection.in_atomic_block:
+            close_old_connections()
     return vars(report)
 
 
