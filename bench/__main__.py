@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
                     "benchmark": name,
                     "date": started.isoformat(timespec="seconds"),
                     "duration_s": round((utcnow() - started).total_seconds(), 1),
-                    "command": "python -m bench " + shlex.join(argv),
+                    "command": " ".join(["python -m bench", shlex.join(argv)]).strip(),
                     "database": database.vendor,
                     "redis_db": BENCH_REDIS_DB,
                     "quick": options.quick,
