@@ -1,0 +1,121 @@
+"""Child processes of the course's live labs (started by ``course.labs.live``).
+
+``labchild worker QUEUE...`` — an rq worker (one forked work-horse per job, as
+``rqworker`` runs) that may also serve a lab run's own queue, which settings do not
+list: the live delivery-semantics lab gives each run a private queue, so no other
+worker of the installation takes its jobs and its workers take no one else's.
+
+``labchild loans --handoff H --loan MEMBER:BOOK ... --answers FILE`` — the loan
+request of the rationale lab: issue each loan through ``library.services.loan_issue``,
+hand its side jobs off (``in-memory``: to a background thread of this process that
+starts them after a delay; ``outbox``: the loan's own outbox message is the hand-off),
+write the answer (the loan id) to FILE, and right after the last answer die with
+SIGKILL, as a process does that is killed by a deploy or the OOM killer.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import django_rq
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django_rq.utils import reset_db_connections
+from rq import Queue, Worker
+from rq.logutils import setup_loghandlers
+
+from library.services import loan_issue
+
+# Side jobs of one loan, as the lesson names them.
+SIDE_JOBS = ("overdue_notification", "stock_summary", "report_line")
+# The in-memory thread waits this long before each side job: the response is out
+# long before any of them would have run.
+SIDE_JOB_DELAY_S = 1.0
+PRIVATE_QUEUE_PREFIX = "lab-live-"
+
+
+class Command(BaseCommand):
+    help = "Child processes of the live labs (rq worker, loan request)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="child", required=True)
+        worker = sub.add_parser("worker", help="an rq worker on these queues")
+        worker.add_argument("queues", nargs="+")
+        worker.add_argument("--name", default=None)
+        loans = sub.add_parser("loans", help="issue loans, then die right after")
+        loans.add_argument("--handoff", choices=("in-memory", "outbox"), required=True)
+        loans.add_argument(
+            "--loan", action="append", required=True, help="MEMBER:BOOK (repeatable)"
+        )
+        loans.add_argument("--answers", required=True, help="file for the answers")
+        loans.add_argument("--side-jobs-dir", required=True)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["child"] == "worker":
+            self._worker(options["queues"], options["name"])
+        else:
+            self._loans(options)
+
+    def _worker(self, names: list[str], worker_name: str | None) -> None:
+        connection = django_rq.get_connection("default")
+        queues: list[Queue] = []
+        for name in names:
+            if name in settings.RQ_QUEUES:
+                queues.append(django_rq.get_queue(name))
+            elif name.startswith(PRIVATE_QUEUE_PREFIX):
+                queues.append(Queue(name, connection=connection))
+            else:
+                raise CommandError(
+                    f"queue {name!r} is neither in RQ_QUEUES nor a lab run's own "
+                    f"queue ({PRIVATE_QUEUE_PREFIX}…)"
+                )
+        setup_loghandlers("WARNING")
+        worker = Worker(queues, connection=connection, name=worker_name)
+        # Never carry this process's connection into the forked work-horses.
+        reset_db_connections()
+        worker.work(logging_level="WARNING")
+
+    def _loans(self, options: dict[str, Any]) -> None:
+        pairs: list[tuple[int, int]] = []
+        for text in options["loan"]:
+            member, _, book = text.partition(":")
+            try:
+                pairs.append((int(member), int(book)))
+            except ValueError:
+                raise CommandError(f"--loan wants MEMBER:BOOK, got {text!r}") from None
+        side_dir = Path(options["side_jobs_dir"])
+        side_dir.mkdir(parents=True, exist_ok=True)
+        in_memory = options["handoff"] == "in-memory"
+        jobs: queue.Queue[tuple[int, str]] = queue.Queue()
+        if in_memory:
+            threading.Thread(
+                target=_side_job_thread, args=(jobs, side_dir), daemon=True
+            ).start()
+        answers = os.open(
+            options["answers"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
+        for member_id, book_id in pairs:
+            # The loan, its shelf count and its outbox message commit together.
+            loan = loan_issue(book_id=book_id, member_id=member_id)
+            if in_memory:
+                for job in SIDE_JOBS:
+                    jobs.put((loan.pk, job))
+            # The answer: durable before the next request, like a sent response.
+            os.write(answers, f"{loan.pk}\n".encode())
+            os.fsync(answers)
+        # Right after answering: no cleanup, no flush of anything in memory.
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _side_job_thread(jobs: queue.Queue[tuple[int, str]], side_dir: Path) -> None:
+    """Run side jobs from process memory, each after a delay; mark each one done."""
+    while True:
+        loan_id, job = jobs.get()
+        time.sleep(SIDE_JOB_DELAY_S)
+        (side_dir / f"{loan_id}-{job}").write_text("done\n")
