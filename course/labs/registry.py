@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from course.labs import (
     cache_layers,
+    cache_metrics,
     dead_letter_queues,
     delivery_semantics,
+    hot_key,
+    http_caching,
     message_queues,
     poison_messages,
     rationale,
@@ -19,6 +22,9 @@ from course.lessons import lesson_get
 
 _ALL: tuple[Lab, ...] = (
     cache_layers.LAB,
+    hot_key.LAB,
+    http_caching.LAB,
+    cache_metrics.LAB,
     rationale.LAB,
     message_queues.LAB,
     delivery_semantics.LAB,
