@@ -66,6 +66,10 @@ def relay_pending(*, limit: int = 500) -> int:
 
     Safe to run concurrently: the unique constraint makes a second copy a no-op.
     """
+    # Look before taking the write transaction: on SQLite (IMMEDIATE) an empty relay
+    # would still take the database's write lock from the requests issuing loans.
+    if not OutboxMessage.objects.filter(relayed_at__isnull=True).exists():
+        return 0
     with transaction.atomic():
         messages = list(
             OutboxMessage.objects.filter(relayed_at__isnull=True).order_by("id")[:limit]
@@ -102,14 +106,15 @@ def deliveries_claim(
     Counting at claim time is what isolates a message that kills its worker: the
     count grows even though the worker never gets to record a failure.
 
-    Deliveries that were tried before are claimed one at a time: if one of them kills
-    the worker, it takes no innocent batch-mates' attempts with it.
+    A batch is up to ``limit`` fresh deliveries plus at most one that was tried
+    before, placed last: a retried delivery may be the one that killed a worker, so
+    it is processed after its batch-mates, which then lose nothing if it kills this
+    worker too. Taking one in every batch keeps retries from starving behind a
+    steady stream of fresh work.
     """
     now = now or timezone.now()
     fresh = _claim(owner=owner, now=now, limit=limit, retried=False)
-    if fresh:
-        return fresh
-    return _claim(owner=owner, now=now, limit=1, retried=True)
+    return fresh + _claim(owner=owner, now=now, limit=1, retried=True)
 
 
 def _claim(

@@ -37,6 +37,10 @@ def nudge_drain() -> None:
 def drain() -> dict[str, int]:
     """Relay and process deliveries for a bounded time; re-nudge if work remains."""
     django_rq.get_connection(QUEUE).delete(QUEUED_KEY)
+    # Queue the next drain now rather than at the end, so an idle worker can join in:
+    # a backlog drains on every worker at once, not on one at a time.
+    if work_remaining():
+        nudge_drain()
     # A worker outlives many jobs (SimpleWorker) or forks them from a parent that
     # may hold a connection: start and end each drain on a connection of its own.
     if not connection.in_atomic_block:
