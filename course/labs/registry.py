@@ -7,12 +7,15 @@ Adding a lab: write ``course/labs/<name>.py`` exposing ``LAB = Lab(...)`` and ad
 from __future__ import annotations
 
 from course.labs import (
+    cache_key_design,
     cache_layers,
     cache_metrics,
+    cache_strategies,
     dead_letter_queues,
     delivery_semantics,
     hot_key,
     http_caching,
+    invalidation,
     message_queues,
     poison_messages,
     rationale,
@@ -22,6 +25,9 @@ from course.lessons import lesson_get
 
 _ALL: tuple[Lab, ...] = (
     cache_layers.LAB,
+    cache_strategies.LAB,
+    invalidation.LAB,
+    cache_key_design.LAB,
     hot_key.LAB,
     http_caching.LAB,
     cache_metrics.LAB,
