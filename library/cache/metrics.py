@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import re
 import threading
 import time
 from collections import defaultdict
@@ -359,14 +360,26 @@ def metrics_read(
     return report
 
 
-def metrics_reset() -> None:
-    """Forget every counter: this process's buffer and all buckets in Redis."""
+def metrics_reset(namespace: str | None = None) -> None:
+    """Forget the counters of ``namespace`` (default: all), buffered and stored."""
     global _buffer, _buffered_events
     with _buffer_lock:
-        _buffer = defaultdict(lambda: defaultdict(int))
-        _buffered_events = 0
+        if namespace is None:
+            _buffer = defaultdict(lambda: defaultdict(int))
+            _buffered_events = 0
+        else:
+            for bucket in [bucket for bucket in _buffer if bucket[0] == namespace]:
+                del _buffer[bucket]
     client = cache_redis()
+    if namespace is None:
+        pattern = f"{KEY_PREFIX}:*"
+    else:
+        _check_namespace(namespace)
+        # Escape SCAN's glob characters so "a*" cannot match namespace "ab".
+        literal = re.sub(r"([*?\[\]\\])", r"\\\1", namespace)
+        pattern = f"{KEY_PREFIX}:{literal}:*"
+        client.srem(NAMESPACES_KEY, namespace)
     # SCAN, not KEYS: an operator action on a live server must not block it.
-    doomed = list(client.scan_iter(match=f"{KEY_PREFIX}:*", count=500))
+    doomed = list(client.scan_iter(match=pattern, count=500))
     for start in range(0, len(doomed), 500):
         client.delete(*doomed[start : start + 500])
