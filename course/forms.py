@@ -12,15 +12,29 @@ from course.labs.base import Lab, ParamError, Params
 class LabForm(forms.Form):
     """One text field per parameter, parsed with the same rules as ``lab --set``.
 
+    A lab with a live part also gets the "live" checkbox; only ``allow_live``
+    (staff) may tick it, anyone else gets a field error.
+
     Text fields (not IntegerField) keep one parser for the form and the command line,
     so both give the same one-line reasons for the same bad value. A field left empty
     (or not sent at all) keeps the lab's default, as an omitted ``--set`` does.
     """
 
-    def __init__(self, lab: Lab, *args: Any, **kwargs: Any) -> None:
+    LIVE_FIELD = "live"
+    LIVE_REFUSED = (
+        "Only staff can measure the live system: a live run starts worker "
+        "processes and writes rows."
+    )
+
+    def __init__(
+        self, lab: Lab, *args: Any, allow_live: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lab = lab
         self.params: Params = {}
+        self.allow_live = allow_live
+        self.live = False
+        self.live_refused = False
         for param in lab.params:
             attrs = {"autocomplete": "off", "spellcheck": "false"}
             if param.kind in ("int", "float"):
@@ -34,6 +48,32 @@ class LabForm(forms.Form):
                 strip=True,
                 widget=forms.TextInput(attrs=attrs),
             )
+        if lab.live is not None:
+            # Not ``disabled`` for non-staff: a disabled field ignores what is sent,
+            # and a request asking for the live part must be refused, not ignored.
+            help_text = (
+                "Starts real rq worker processes, publishes probe messages and "
+                "counts what they did; takes a few seconds more."
+                if allow_live
+                else "Staff only: a live run starts worker processes and writes rows."
+            )
+            self.fields[self.LIVE_FIELD] = forms.BooleanField(
+                label="Also measure the live system",
+                required=False,
+                help_text=help_text,
+                widget=forms.CheckboxInput(
+                    attrs={} if allow_live else {"disabled": True}
+                ),
+            )
+
+    @property
+    def param_fields(self) -> list[forms.BoundField]:
+        """Return the bound fields of the lab's parameters (not the live switch)."""
+        return [self[param.name] for param in self.lab.params]
+
+    @property
+    def live_field(self) -> forms.BoundField | None:
+        return self[self.LIVE_FIELD] if self.LIVE_FIELD in self.fields else None
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -46,6 +86,12 @@ class LabForm(forms.Form):
                 values[param.name] = param.parse(text)
             except ParamError as error:
                 self.add_error(param.name, str(error))
+        if cleaned.get(self.LIVE_FIELD):
+            if self.allow_live:
+                self.live = True
+            else:
+                self.live_refused = True
+                self.add_error(self.LIVE_FIELD, self.LIVE_REFUSED)
         if not self.errors:
             try:
                 self.params = self.lab.validate(values)

@@ -9,7 +9,7 @@ import django_rq
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
-from course.labs.base import Lab, LabError, Params
+from course.labs.base import Lab, LabError, NoLivePart, Params, Progress
 from course.labs.registry import lab_get
 from course.selectors import LAB_JOB_KIND, lab_job_get
 from jobs.models import JobStatus
@@ -26,6 +26,11 @@ logger = logging.getLogger(__name__)
 LAB_QUEUE = "labs"
 # Progress below this share is the bookkeeping before the model starts.
 _MODEL_START, _MODEL_SPAN = 5.0, 90.0
+# With the live part: the model gets the first share, the live steps the rest.
+_LIVE_MODEL_SPAN = 20.0
+# Reserved key of JobStatus.params: the run includes the live part. Not a parameter
+# name (those are identifiers), so it cannot collide; stripped before validation.
+LIVE_KEY = "_live"
 
 
 def lab_run_enqueue(
@@ -33,19 +38,28 @@ def lab_run_enqueue(
     lab: Lab,
     params: Params,
     user: AbstractBaseUser | AnonymousUser | None = None,
+    live: bool = False,
 ) -> JobStatus:
     """Record a queued lab run and enqueue it on the ``labs`` queue.
 
     The row and the enqueue share one transaction: with COMMIT_MODE "on_db_commit"
     django-rq sends the job to Redis only after the commit, so a worker never looks
     for a row that is not visible yet, and a rollback sends nothing.
+
+    With ``live`` the run also measures the live system (it starts worker processes
+    and writes rows); who may ask for that is the caller's decision.
     """
     from course.tasks import run_lab  # tasks import services; import here, not above
 
+    if live and lab.live is None:
+        raise NoLivePart(f"{lab.slug} has no live part yet")
     checked = lab.validate(params)
+    stored: dict[str, object] = dict(checked)
+    if live:
+        stored[LIVE_KEY] = True
     with transaction.atomic():
         job = jobstatus_create(
-            kind=LAB_JOB_KIND, name=lab.slug, params=checked, user=user
+            kind=LAB_JOB_KIND, name=lab.slug, params=stored, user=user
         )
         django_rq.get_queue(LAB_QUEUE).enqueue(
             run_lab, str(job.id), job_id=f"lab-{job.id}", description=f"lab {lab.slug}"
@@ -70,15 +84,15 @@ def lab_run_execute(*, job_id: uuid.UUID) -> None:
         logger.info("lab run %s: already finished or cancelled", job_id)
         return
 
-    def report(fraction: float, label: str) -> None:
-        percent = _MODEL_START + _MODEL_SPAN * max(0.0, min(1.0, fraction))
-        jobstatus_progress(job_id=job_id, progress=percent, message=label)
+    stored = dict(job.params) if isinstance(job.params, dict) else {}
+    live = stored.pop(LIVE_KEY, False) is True
+    report = _progress_reporter(job_id, live=live)
 
     try:
         lab = lab_get(job.name)
-        params = lab.validate(job.params if isinstance(job.params, dict) else {})
+        params = lab.validate(stored)
         jobstatus_progress(job_id=job_id, progress=_MODEL_START, message="starting")
-        result = lab.run(params, progress=report)
+        result = lab.run(params, live=live, progress=report)
     except LabError as error:
         jobstatus_fail(job_id=job_id, error=str(error))
         return
@@ -90,3 +104,33 @@ def lab_run_execute(*, job_id: uuid.UUID) -> None:
         )
         return
     jobstatus_finish(job_id=job_id, result=dict(result))
+
+
+def _progress_reporter(job_id: uuid.UUID, *, live: bool) -> Progress:
+    """Map a lab's progress reports to the row's percent.
+
+    The model and the live part each report fractions from 0 to 1; a live run
+    gives the model the first share and the live steps (labelled with the live
+    prefix) the rest, so the bar never moves back.
+    """
+    from course.labs.live import LIVE_PREFIX
+
+    in_live = False
+
+    def report(fraction: float, label: str) -> None:
+        nonlocal in_live
+        share = max(0.0, min(1.0, fraction))
+        if not live:
+            percent = _MODEL_START + _MODEL_SPAN * share
+        else:
+            in_live = in_live or label.startswith(LIVE_PREFIX)
+            if label == "done":
+                percent = _MODEL_START + _MODEL_SPAN
+            elif in_live:
+                live_span = _MODEL_SPAN - _LIVE_MODEL_SPAN
+                percent = _MODEL_START + _LIVE_MODEL_SPAN + live_span * share
+            else:
+                percent = _MODEL_START + _LIVE_MODEL_SPAN * share
+        jobstatus_progress(job_id=job_id, progress=percent, message=label)
+
+    return report

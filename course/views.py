@@ -15,7 +15,7 @@ from course.labs.base import Lab
 from course.labs.registry import lab_find
 from course.lessons import Lesson, lesson_get
 from course.selectors import course_outline, lab_job_get
-from course.services import lab_run_enqueue
+from course.services import LIVE_KEY, lab_run_enqueue
 from jobs.selectors import jobstatus_payload
 
 
@@ -64,7 +64,11 @@ def _render_lesson(
         if job is not None and job.name == lab.slug:
             job_payload = jobstatus_payload(job)
             if form is None or not form.is_bound:
-                form = LabForm(lab, initial=_initial(lab, job.params))
+                form = LabForm(
+                    lab,
+                    initial=_initial(lab, job.params),
+                    allow_live=_may_run_live(request),
+                )
         else:
             job_missing = True
     lab_config = None
@@ -90,21 +94,28 @@ def _render_lesson(
     )
 
 
-def _initial(lab: Lab, stored: object) -> dict[str, str]:
+def _initial(lab: Lab, stored: object) -> dict[str, object]:
     values = stored if isinstance(stored, dict) else {}
-    initial = {}
+    initial: dict[str, object] = {}
     for param in lab.params:
         if param.name in values:
             value = values[param.name]
             initial[param.name] = param.text(value) if value is not None else ""
+    if lab.live is not None and values.get(LIVE_KEY) is True:
+        initial[LabForm.LIVE_FIELD] = True
     return initial
+
+
+def _may_run_live(request: HttpRequest) -> bool:
+    """Return whether the user may run live parts (they start processes, write rows)."""
+    return bool(request.user.is_authenticated and request.user.is_staff)
 
 
 @require_GET
 def course_lesson(request: HttpRequest, slug: str) -> HttpResponse:
     lesson = _lesson_or_404(slug)
     lab = lab_find(slug)
-    form = LabForm(lab) if lab is not None else None
+    form = LabForm(lab, allow_live=_may_run_live(request)) if lab is not None else None
     return _render_lesson(request, lesson, lab, form)
 
 
@@ -115,13 +126,17 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
     lab = lab_find(slug)
     if lab is None:
         raise Http404("This lesson's lab is not built yet")
-    form = LabForm(lab, data=request.POST)
+    form = LabForm(lab, data=request.POST, allow_live=_may_run_live(request))
     if not form.is_valid():
+        # Asking for the live part without the right to is forbidden, not malformed.
+        status = 403 if form.live_refused else 400
         if _wants_json(request):
             errors = {name: list(messages) for name, messages in form.errors.items()}
-            return JsonResponse({"errors": errors}, status=400)
-        return _render_lesson(request, lesson, lab, form, status=400)
-    job = lab_run_enqueue(lab=lab, params=form.params, user=request.user)
+            return JsonResponse({"errors": errors}, status=status)
+        return _render_lesson(request, lesson, lab, form, status=status)
+    job = lab_run_enqueue(
+        lab=lab, params=form.params, user=request.user, live=form.live
+    )
     lesson_url = f"{reverse('course-lesson', args=[slug])}?job={job.id}"
     if _wants_json(request):
         status_url = reverse("jobstatus-status", args=[job.id])

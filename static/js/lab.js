@@ -7,6 +7,8 @@
  * 3. Network errors and 5xx answers back off exponentially with jitter, so a restarting
  *    server is not hit by every open tab at the same instant.
  * 4. The job id lives in the address (?job=<id>), so a reload resumes the same run.
+ * 5. "Also measure the live system" (staff) adds the live part: its steps show in
+ *    the progress line ("live: …") and its tables (live_…) follow the model's.
  */
 (function () {
   "use strict";
@@ -87,11 +89,17 @@
   }
 
   function defaultsDiffer() {
-    return Array.from(form.querySelectorAll("input[type=text]")).some(
-      (input) => input.value !== input.defaultValue,
+    const texts = Array.from(form.querySelectorAll("input[type=text]"));
+    const boxes = Array.from(form.querySelectorAll("input[type=checkbox]"));
+    return (
+      texts.some((input) => input.value !== input.defaultValue) ||
+      boxes.some((input) => input.checked !== input.defaultChecked)
     );
   }
 
+  form.addEventListener("change", () => {
+    resetButton.hidden = !defaultsDiffer();
+  });
   form.addEventListener("input", () => {
     resetButton.hidden = !defaultsDiffer();
   });
@@ -129,7 +137,11 @@
       const body = await response.json().catch(() => ({}));
       showFieldErrors(body.errors);
     } else if (response.status === 403) {
-      formErrors.appendChild(alertBox("error", "The page's security token is no longer valid. Reload the page and run again."));
+      // A refused field (the live part is for staff) comes with its reason;
+      // a bare 403 is the CSRF check.
+      const body = await response.json().catch(() => ({}));
+      if (body.errors) showFieldErrors(body.errors);
+      else formErrors.appendChild(alertBox("error", "The page's security token is no longer valid. Reload the page and run again."));
     } else {
       formErrors.appendChild(alertBox("error", `The run could not be started (HTTP ${response.status}). Try again in a moment.`));
     }
