@@ -27,7 +27,6 @@ from library.models import Book, Branch, Loan, Member
 from library.services import loan_return, stock_correct
 
 
-
 @admin.register(Branch)
 class BranchAdmin(admin.ModelAdmin[Branch]):
     list_display = ["id", "name", "city", "book_count", "shelf_total"]

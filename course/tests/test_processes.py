@@ -5,8 +5,8 @@ import pytest
 
 from course.labs.registry import lab_get
 from course.services import lab_run_enqueue
-from tests.processes import ROOT, child_env, manage
 from jobs.models import JobStatus
+from tests.processes import ROOT, child_env, manage
 
 
 @pytest.mark.processes

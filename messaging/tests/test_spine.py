@@ -163,7 +163,8 @@ def test_failure_is_retried_with_backoff_then_dead_lettered(
     delivery = Delivery.objects.get(subscription="notification")
     assert (delivery.status, delivery.attempts) == ("pending", 1)
     message_id = OutboxMessage.objects.get().pk
-    assert delivery.last_error == f"LookupError: member not found (message {message_id})"
+    expected = f"LookupError: member not found (message {message_id})"
+    assert delivery.last_error == expected
     assert delivery.last_failed_at is not None
     assert delivery.available_at >= delivery.last_failed_at  # waits for its backoff
     for _ in range(2):

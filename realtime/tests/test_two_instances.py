@@ -15,6 +15,7 @@ import httpx
 import pytest
 import websockets
 from django.contrib.auth import get_user_model
+from websockets.typing import Origin
 
 from library.models import Book, Branch, Member
 from tests.browser import needs_chromium
@@ -101,7 +102,7 @@ def test_loan_through_one_instance_updates_sockets_on_both(instances):
         sockets = [
             await websockets.connect(
                 f"ws://127.0.0.1:{port}/ws/branches/1/stock/",
-                origin=f"http://127.0.0.1:{port}",
+                origin=Origin(f"http://127.0.0.1:{port}"),
             )
             for port in (port_a, port_b, port_b)
         ]
@@ -128,7 +129,7 @@ def test_foreign_origin_is_refused_by_a_real_server(instances):
     async def attempt() -> None:
         await websockets.connect(
             f"ws://127.0.0.1:{instances[0]}/ws/branches/1/stock/",
-            origin="http://attacker.example",
+            origin=Origin("http://attacker.example"),
         )
 
     with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
