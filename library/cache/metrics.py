@@ -260,6 +260,8 @@ def metrics_flush() -> None:
     pending = {key: fields for key, fields in batch.items() if any(fields.values())}
     if not pending:
         return
+    if not redis_usable():
+        return  # Redis just failed; a flush now would only wait on it again
     try:
         pipe = cache_redis().pipeline(transaction=False)
         namespaces = set()

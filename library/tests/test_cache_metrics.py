@@ -34,9 +34,10 @@ CACHE_TEST_DB = int(os.environ.get("LIBRARY_CACHE_TEST_REDIS_DB", "14"))
 @pytest.fixture(autouse=True)
 def tag(settings):
     """A text unique to this test, for its namespaces."""
-    settings.REDIS_URL = with_db(settings.REDIS_URL, CACHE_TEST_DB)
+    url = settings.REDIS_URL = with_db(settings.REDIS_URL, CACHE_TEST_DB)
     tag = uuid.uuid4().hex[:10]
     yield tag
+    settings.REDIS_URL = url  # the test may have pointed it elsewhere
     for namespace in ("books", "branches", "search", "ns0", "ns1", "ns2"):
         metrics_reset(f"{namespace}{tag}")
 

@@ -31,9 +31,10 @@ CACHE_TEST_DB = int(os.environ.get("LIBRARY_CACHE_TEST_REDIS_DB", "14"))
 
 @pytest.fixture(autouse=True)
 def tag(settings):
-    settings.REDIS_URL = with_db(settings.REDIS_URL, CACHE_TEST_DB)
+    url = settings.REDIS_URL = with_db(settings.REDIS_URL, CACHE_TEST_DB)
     tag = uuid.uuid4().hex[:10]
     yield tag
+    settings.REDIS_URL = url  # the test may have pointed it elsewhere
     metrics_reset(f"sf{tag}")
     client = cache_redis()
     for key in client.scan_iter(match=f"*{tag}*"):
@@ -232,4 +233,6 @@ def test_two_processes_share_one_production(tmp_path: Path, key):
     producer = int(log.read_text())
     assert [answer["value"] for answer in answers] == [{"producer": producer}] * 3
     assert sorted(answer["produced"] for answer in answers) == [False, False, True]
-    assert json.loads(cache_redis().get(key(99))) == {"producer": producer}
+    stored = cache_redis().get(key(99))
+    assert isinstance(stored, bytes)
+    assert json.loads(stored) == {"producer": producer}
