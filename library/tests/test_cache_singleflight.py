@@ -90,6 +90,32 @@ def test_fifty_threads_on_a_cold_key_produce_once(key, tag, counters):
     assert counters()["singleflight_saved"] == 49
 
 
+def test_threads_share_one_production_even_with_redis_down(key, tag, settings):
+    # The in-process level alone: every Redis call fails, the origin is still
+    # protected from the thundering herd of this process.
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    calls = []
+    start = threading.Barrier(20)
+    results = []
+
+    def produce():
+        calls.append(1)
+        time.sleep(0.2)
+        return "from origin"
+
+    def reader():
+        start.wait()
+        results.append(single_flight(key(1), produce, lease_ms=5000, wait_ms=5000))
+
+    threads = [threading.Thread(target=reader) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(calls) == 1
+    assert sorted(results) == [("from origin", False)] * 19 + [("from origin", True)]
+
+
 def test_producer_stores_the_value_and_releases_its_lock(key):
     value, produced = single_flight(
         key(2), lambda: [1, 2], lease_ms=5000, wait_ms=100, lifetime_s=30
