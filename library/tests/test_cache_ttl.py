@@ -64,7 +64,9 @@ def _shard_loads(copies: int) -> list[int]:
     # The course's request mix: six in ten requests on one hot key, four shards.
     loads = [0, 0, 0, 0]
     for i in range(1000):
-        key = HOT if i % 10 < 6 else f"library:s1:g1:tbranch-{i % 3 + 2}:book:{i % 40}"
+        branch, book = 2 + i % 3, i % 40
+        cold = ":".join(("library", "s1", "g1", f"tbranch-{branch}", "book", str(book)))
+        key = HOT if i % 10 < 6 else cold
         if key == HOT and copies > 1:
             key = hot_copy_key(key, copies, i)
         loads[shard_of(key, 4)] += 1
