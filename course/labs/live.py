@@ -59,6 +59,7 @@ SWEEP_EVERY_S = 0.3
 POLL_S = 0.05
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
+ORPHAN_IDLE_S = 120
 # Private rq queues of a run: labchild's worker serves any queue with this prefix.
 PRIVATE_QUEUE_PREFIX = "lab-live-"
 
@@ -121,10 +122,13 @@ class LiveSystem:
 
 
 def _worker_args(queues: list[str], name: str) -> tuple[str, ...]:
+    # If the lab's process is killed outright (SIGKILL, no finally), its workers,
+    # in sessions of their own, would live on: they quit once idle this long.
+    idle = ("--max-idle-time", str(ORPHAN_IDLE_S))
     if all(queue in settings.RQ_QUEUES for queue in queues):
-        return ("rqworker", *queues, "--name", name)
+        return ("rqworker", *queues, "--name", name, *idle)
     # A private queue is not in settings: labchild's worker serves it.
-    return ("labchild", "worker", *queues, "--name", name)
+    return ("labchild", "worker", *queues, "--name", name, *idle)
 
 
 def _children(pid: int) -> list[int]:

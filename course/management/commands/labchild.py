@@ -30,6 +30,7 @@ from django_rq.utils import reset_db_connections
 from rq import Queue, Worker
 from rq.logutils import setup_loghandlers
 
+from course.labs.live import PRIVATE_QUEUE_PREFIX
 from library.services import loan_issue
 
 # Side jobs of one loan, as the lesson names them.
@@ -37,7 +38,6 @@ SIDE_JOBS = ("overdue_notification", "stock_summary", "report_line")
 # The in-memory thread waits this long before each side job: the response is out
 # long before any of them would have run.
 SIDE_JOB_DELAY_S = 1.0
-PRIVATE_QUEUE_PREFIX = "lab-live-"
 
 
 class Command(BaseCommand):
@@ -48,6 +48,7 @@ class Command(BaseCommand):
         worker = sub.add_parser("worker", help="an rq worker on these queues")
         worker.add_argument("queues", nargs="+")
         worker.add_argument("--name", default=None)
+        worker.add_argument("--max-idle-time", type=int, default=None)
         loans = sub.add_parser("loans", help="issue loans, then die right after")
         loans.add_argument("--handoff", choices=("in-memory", "outbox"), required=True)
         loans.add_argument(
@@ -58,11 +59,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["child"] == "worker":
-            self._worker(options["queues"], options["name"])
+            self._worker(options["queues"], options["name"], options["max_idle_time"])
         else:
             self._loans(options)
 
-    def _worker(self, names: list[str], worker_name: str | None) -> None:
+    def _worker(
+        self, names: list[str], worker_name: str | None, max_idle_time: int | None
+    ) -> None:
         connection = django_rq.get_connection("default")
         queues: list[Queue] = []
         for name in names:
@@ -79,7 +82,7 @@ class Command(BaseCommand):
         worker = Worker(queues, connection=connection, name=worker_name)
         # Never carry this process's connection into the forked work-horses.
         reset_db_connections()
-        worker.work(logging_level="WARNING")
+        worker.work(logging_level="WARNING", max_idle_time=max_idle_time)
 
     def _loans(self, options: dict[str, Any]) -> None:
         pairs: list[tuple[int, int]] = []
