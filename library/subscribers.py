@@ -14,6 +14,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from django.db.models import Count, Sum
 
+from library.cache import reads
 from library.models import Book, Branch, BranchStock, Notification
 from messaging.models import OutboxMessage
 from messaging.registry import MessageType
@@ -103,3 +104,32 @@ def broadcast_branch_stock(message: OutboxMessage) -> None:
     # Network I/O only once the guard row has committed. A failed send is logged, not
     # retried: the delivery is done, and a page that misses a version resynchronises.
     transaction.on_commit(send, robust=True)
+
+
+def invalidate_caches(message: OutboxMessage) -> None:
+    """Retire the cached pages a loan, a return or a stock correction made stale.
+
+    The branch's list and search generations are bumped and its stock page written
+    through; for a loan or a return, the member's history generation is bumped too.
+
+    This is Redis I/O inside the delivery's transaction, against the house rule, and
+    on purpose: it is the least bad of the options ``delivery_process`` leaves.
+
+    - ``transaction.on_commit(bump, robust=False)`` would run after the done mark has
+      committed; a failed bump then raises into a retry whose update finds the
+      delivery already done, so the invalidation is lost while the log says "retry".
+    - Inside the transaction, a failed bump raises, the guard row and the done mark
+      roll back, and the delivery is retried with backoff (then dead-lettered, and
+      can be redriven): no bump is ever lost.
+
+    What the rule protects against does not apply here: the change being announced
+    committed before the message was relayed, so a reader that misses right after
+    the bump reloads committed data, never a value that could roll back. If the
+    delivery's own transaction rolls back after a bump (a lost lease), the retry
+    bumps again: a second bump costs one extra miss and nothing else. The cost left
+    is the guard row's lock held for one Redis round trip (at most the cache client's
+    one-second timeout).
+    """
+    reads.branch_invalidate(_field(message.body, "branch_id"))
+    if message.type in (MessageType.LOAN_ISSUED, MessageType.RETURN_RECEIVED):
+        reads.member_invalidate(_field(message.body, "member_id"))

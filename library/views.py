@@ -1,6 +1,15 @@
 """Pages of the library: each view parses input, calls one selector or service and
 renders the answer. Domain refusals (``LibraryError``) become form errors with the
 error's HTTP status, so a conflict answers 409 and still shows the form.
+
+Read pages go through the cached reads (``library.cache.reads``) and answer with a
+strong ETag of the rendered body, a 304 when the client's copy is current, and the
+Cache-Control of their resource kind (``library.cache.http``). An HTML page carries
+the signed-in user's name and a CSRF token in its navigation, so only the anonymous
+variant is ``public``: a signed-in user's copy is ``private`` with the same max-age.
+Django's session middleware adds ``Vary: Cookie`` to these pages (they read the
+user), so a shared cache keeps the anonymous copy apart from anyone with a session.
+Forms are ``no-store``.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
 from library import selectors
+from library.cache import http, reads
 from library.errors import LibraryError
 from library.forms import BookSearchForm, LoanIssueForm, LoanReturnForm
 from library.services import loan_issue as loan_issue_service
@@ -68,40 +78,70 @@ def home(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _for_user(request: HttpRequest, cache_control: str) -> str:
+    """Return the directives for this request's copy of a public HTML page."""
+    if request.user.is_authenticated:
+        return http.private_variant(cache_control)
+    return cache_control
+
+
 @require_GET
 def branch_detail(request: HttpRequest, branch_id: int) -> HttpResponse:
-    detail = selectors.branch_detail(branch_id=branch_id)
+    detail = reads.branch_page(branch_id=branch_id)
     if detail is None:
         raise Http404("No such branch.")
-    return render(request, "library/branch_detail.html", {"detail": detail})
+    response = render(request, "library/branch_detail.html", {"detail": detail})
+    return http.conditional(
+        request, response, cache_control=_for_user(request, http.STOCK)
+    )
 
 
 @require_GET
 def branch_books(request: HttpRequest, branch_id: int) -> HttpResponse:
-    branch = selectors.branch_get(branch_id=branch_id)
-    if branch is None:
-        raise Http404("No such branch.")
     form = BookSearchForm(request.GET)
     # An over-long query is not worth an error page: search with what is valid.
     query = form.cleaned_data["q"] if form.is_valid() else ""
-    page = selectors.branch_books_page(
+    found = reads.branch_books_page(
         branch_id=branch_id, query=query, page=request.GET.get("page", 1)
     )
-    return render(
+    if found is None:
+        raise Http404("No such branch.")
+    branch, page = found
+    response = render(
         request,
         "library/branch_books.html",
         {"branch": branch, "form": form, "query": query, "page": page},
+    )
+    # The catalogue shows shelf counts: it is stock, and ages like stock.
+    return http.conditional(
+        request, response, cache_control=_for_user(request, http.STOCK)
     )
 
 
 @require_GET
 def book_detail(request: HttpRequest, book_id: int) -> HttpResponse:
-    detail = selectors.book_detail(
-        book_id=book_id, with_open_loans=request.user.is_staff
-    )
+    if request.user.is_staff:
+        # Staff see the open loans with members' names: the origin, privately.
+        detail: selectors.BookDetail | reads.CachedBook | None = selectors.book_detail(
+            book_id=book_id, with_open_loans=True
+        )
+    else:
+        detail = reads.book_detail(book_id=book_id)
     if detail is None:
         raise Http404("No such book.")
-    return render(request, "library/book_detail.html", {"detail": detail})
+    response = render(request, "library/book_detail.html", {"detail": detail})
+    if request.user.is_authenticated:
+        # The body also depends on the user (navigation, loans), which updated_at
+        # does not describe: only the ETag validates this copy.
+        return http.conditional(
+            request, response, cache_control=http.private_variant(http.BOOK)
+        )
+    return http.conditional(
+        request,
+        response,
+        cache_control=http.BOOK,
+        last_modified=detail.book.updated_at,
+    )
 
 
 @require_GET
@@ -109,7 +149,7 @@ def book_detail(request: HttpRequest, book_id: int) -> HttpResponse:
 def member_detail(request: HttpRequest, member_id: int) -> HttpResponse:
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
-    history = selectors.member_history_page(
+    history = reads.member_history_page(
         member_id=member_id, page=request.GET.get("page", 1)
     )
     if not request.user.is_staff:
@@ -118,7 +158,8 @@ def member_detail(request: HttpRequest, member_id: int) -> HttpResponse:
             raise PermissionDenied("This loan history is private.")
     elif history is None:
         raise Http404("No such member.")
-    return render(request, "library/member_detail.html", {"history": history})
+    response = render(request, "library/member_detail.html", {"history": history})
+    return http.conditional(request, response, cache_control=http.HISTORY)
 
 
 def _parse_id(raw: str | None) -> int | None:

@@ -80,6 +80,14 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
             backoff=Backoff(base_ms=200, cap_ms=2_000),
         ),
         Subscription(
+            name="cache_invalidation",
+            accepts=LIBRARY_TYPES,
+            handler="library.subscribers.invalidate_caches",
+            # A stale page is wrong until this runs: retry quickly, and often.
+            max_attempts=8,
+            backoff=Backoff(base_ms=100, cap_ms=5_000),
+        ),
+        Subscription(
             name="lab_probe",
             accepts=frozenset({MessageType.LAB_PROBE}),
             handler="messaging.probes.apply_probe",

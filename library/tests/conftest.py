@@ -3,15 +3,40 @@
 from __future__ import annotations
 
 import datetime
+import uuid
+from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.test import Client
 
+from library.cache import reads
+from library.cache.metrics import cache_redis
+from library.cache.store import local_tier, refreshes_wait
 from library.models import Book, Branch, Member
 
 PASSWORD = "correct-horse-battery"
+
+
+@pytest.fixture(autouse=True)
+def cache_tenants_of_this_test(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Give each test cache tenants of its own, and remove its entries afterwards.
+
+    The database rolls back after each test but Redis keeps its entries, and the
+    next test's rows get the same ids (SQLite reuses them; a new test database
+    restarts PostgreSQL's sequences), so "branch 1" would meet another test's pages.
+    """
+    scope = f"test{uuid.uuid4().hex[:10]}"
+    monkeypatch.setattr(reads, "branch_tenant", lambda pk: f"{scope}-branch-{pk}")
+    monkeypatch.setattr(reads, "member_tenant", lambda pk: f"{scope}-member-{pk}")
+    local_tier.clear()
+    yield scope
+    refreshes_wait(5)
+    local_tier.clear()
+    client = cache_redis()
+    for key in client.scan_iter(match=f"*{scope}*"):
+        client.delete(key)
 
 
 @pytest.fixture

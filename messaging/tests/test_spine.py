@@ -83,9 +83,11 @@ def test_relay_writes_one_delivery_per_accepting_subscription(library_rows):
     subs = sorted(Delivery.objects.values_list("message__type", "subscription"))
     assert subs == [
         ("loan_issued", "broadcast"),
+        ("loan_issued", "cache_invalidation"),
         ("loan_issued", "notification"),
         ("loan_issued", "stock_summary"),
         ("stock_corrected", "broadcast"),
+        ("stock_corrected", "cache_invalidation"),
         ("stock_corrected", "stock_summary"),
     ]
 
@@ -97,7 +99,7 @@ def test_relaying_the_same_message_twice_adds_no_copy(library_rows):
         relayed_at=None
     )  # as if a second relay raced the first
     relay_pending()
-    assert Delivery.objects.count() == 3
+    assert Delivery.objects.count() == 4
 
 
 def test_drain_runs_every_effect_once(library_rows):
@@ -182,7 +184,7 @@ def test_failure_is_retried_with_backoff_then_dead_lettered(
     assert letter.last_error.startswith("LookupError")
     assert letter.first_failed_at <= letter.last_failed_at
     # The other subscriptions were not held back by the broken one.
-    assert Delivery.objects.filter(status="done").count() == 2
+    assert Delivery.objects.filter(status="done").count() == 3
 
 
 def test_redrive_after_the_fix_processes_the_letter(
