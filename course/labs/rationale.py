@@ -295,13 +295,17 @@ def live(params: Params, progress: Progress) -> Tables:
     import time
 
     from course.labs import live as harness
-    from course.management.commands.labchild import SIDE_JOB_DELAY_S
+    from course.management.commands.labchild import SIDE_JOB_DELAY_S, loan_side_jobs
     from library.models import Loan
     from library.services import loan_return
     from messaging.models import Delivery, OutboxMessage
     from messaging.registry import MessageType
 
     pairs = _live_loans()
+    # The system's side jobs of a loan are the subscriptions its message reaches
+    # (three, as in the lesson, while the registry has three for loans).
+    side_jobs = loan_side_jobs()
+    names = " ".join(side_jobs)
     run = harness.new_run_id()
     rows: list[list[Cell]] = []
     detail: list[list[Cell]] = []
@@ -310,21 +314,28 @@ def live(params: Params, progress: Progress) -> Tables:
             harness.live_step(
                 progress, 0.1 + 0.4 * index, f"{handoff}: 3 loans, then SIGKILL"
             )
-            loan_ids, side_jobs = _issue_and_die(system, handoff, flag, pairs)
+            loan_ids, side_dir = _issue_and_die(system, handoff, flag, pairs)
             try:
                 loan_rows = Loan.objects.filter(pk__in=loan_ids).count()
-                handed_off = len(loan_ids) * len(SIDE_JOBS)
+                handed_off = len(loan_ids) * len(side_jobs)
                 if flag == "in-memory":
-                    done_before = len(list(side_jobs.glob("*")))
+                    done_before = len(list(side_dir.glob("*")))
                     # Nothing durable lists a job still waiting in the dead
                     # process's memory, so nothing can be recovered; wait past the
                     # thread's delay to see that none of them ever runs.
                     recoverable = 0
                     time.sleep(SIDE_JOB_DELAY_S + 0.5)
-                    done_after = len(list(side_jobs.glob("*")))
+                    done_after = len(list(side_dir.glob("*")))
                     rows.append([handoff, loan_rows, recoverable])
                     detail.append(
-                        [handoff, handed_off, done_before, recoverable, done_after]
+                        [
+                            handoff,
+                            names,
+                            handed_off,
+                            done_before,
+                            recoverable,
+                            done_after,
+                        ]
                     )
                     continue
                 messages = OutboxMessage.objects.filter(
@@ -347,7 +358,9 @@ def live(params: Params, progress: Progress) -> Tables:
                 )
                 done_after = deliveries.filter(status="done").count()
                 rows.append([handoff, loan_rows, recoverable])
-                detail.append([handoff, handed_off, None, recoverable, done_after])
+                detail.append(
+                    [handoff, names, handed_off, None, recoverable, done_after]
+                )
             finally:
                 for loan_id in loan_ids:
                     loan_return(loan_id=loan_id)
@@ -356,6 +369,7 @@ def live(params: Params, progress: Progress) -> Tables:
         "live_side_jobs": table(
             [
                 "handoff",
+                "side_jobs_per_loan",
                 "handed_off",
                 "done_before_kill",
                 "recoverable_jobs",

@@ -7,8 +7,9 @@ worker of the installation takes its jobs and its workers take no one else's.
 
 ``labchild loans --handoff H --loan MEMBER:BOOK ... --answers FILE`` — the loan
 request of the rationale lab: issue each loan through ``library.services.loan_issue``,
-hand its side jobs off (``in-memory``: to a background thread of this process that
-starts them after a delay; ``outbox``: the loan's own outbox message is the hand-off),
+hand its side jobs off (one per subscription a loan message reaches; ``in-memory``:
+to a background thread of this process that starts them after a delay; ``outbox``:
+the loan's own outbox message is the hand-off),
 write the answer (the loan id) to FILE, and right after the last answer die with
 SIGKILL, as a process does that is killed by a deploy or the OOM killer.
 """
@@ -32,9 +33,8 @@ from rq.logutils import setup_loghandlers
 
 from course.labs.live import PRIVATE_QUEUE_PREFIX
 from library.services import loan_issue
+from messaging.registry import MessageType, subscriptions_for
 
-# Side jobs of one loan, as the lesson names them.
-SIDE_JOBS = ("overdue_notification", "stock_summary", "report_line")
 # The in-memory thread waits this long before each side job: the response is out
 # long before any of them would have run.
 SIDE_JOB_DELAY_S = 1.0
@@ -103,17 +103,24 @@ class Command(BaseCommand):
         answers = os.open(
             options["answers"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
         )
+        # The same side jobs the outbox would carry: one per subscription of a loan.
+        side_jobs = loan_side_jobs()
         for member_id, book_id in pairs:
             # The loan, its shelf count and its outbox message commit together.
             loan = loan_issue(book_id=book_id, member_id=member_id)
             if in_memory:
-                for job in SIDE_JOBS:
+                for job in side_jobs:
                     jobs.put((loan.pk, job))
             # The answer: durable before the next request, like a sent response.
             os.write(answers, f"{loan.pk}\n".encode())
             os.fsync(answers)
         # Right after answering: no cleanup, no flush of anything in memory.
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def loan_side_jobs() -> list[str]:
+    """Return the side jobs of one loan: the subscriptions a loan message reaches."""
+    return [s.name for s in subscriptions_for(MessageType.LOAN_ISSUED)]
 
 
 def _side_job_thread(jobs: queue.Queue[tuple[int, str]], side_dir: Path) -> None:
