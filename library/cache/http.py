@@ -31,6 +31,7 @@ __all__ = [
     "ETAG_HEX_DIGITS",
     "HISTORY",
     "STOCK",
+    "body_etag",
     "conditional",
     "etag_for",
     "http_date",
@@ -43,6 +44,12 @@ __all__ = [
 ETAG_HEX_DIGITS = 16
 # entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE; etagc excludes DQUOTE, space and controls
 _ENTITY_TAG = re.compile(r'(?:W/)?"[\x21\x23-\x7e\x80-\xff]*"')
+
+# Django masks the CSRF token differently in every rendering (a BREACH defence), so
+# a signed-in page is never byte-for-byte the same twice. Every masked token unmasks
+# to the same secret, so the tokens are replaced before digesting and the secret
+# is digested instead: equal tags mean the same page for the same CSRF secret.
+_CSRF_INPUT = re.compile(rb'(name="csrfmiddlewaretoken" value=")[^"]*(")')
 
 BOOK: Final = "public, max-age=60"
 STOCK: Final = "public, max-age=5, stale-while-revalidate=30"
@@ -134,6 +141,23 @@ def private_variant(cache_control: str) -> str:
     return ", ".join("private" if p == "public" else p for p in parts)
 
 
+def body_etag(request: HttpRequest, content: bytes) -> str:
+    """Return the ETag of a rendered body: strong, or weak if it holds CSRF tokens.
+
+    A body without a CSRF token gets the strong tag of its exact bytes. A body with
+    one (a signed-in page's sign-out form) differs in every rendering only by the
+    token's mask, so it gets a weak tag over the body with the tokens blanked plus
+    the CSRF secret they stand for: a client that revalidates keeps a token that is
+    still valid, and a new secret (a new sign-in) changes the tag. The secret only
+    enters a SHA-256 digest cut to 64 bits; the tag cannot give it away.
+    """
+    stable, tokens = _CSRF_INPUT.subn(rb"\1-\2", content)
+    if not tokens:
+        return etag_for(content)
+    secret = str(request.META.get("CSRF_COOKIE", "")).encode()
+    return "W/" + etag_for(stable + b"\0" + secret)
+
+
 def conditional(
     request: HttpRequest,
     response: HttpResponse,
@@ -143,15 +167,16 @@ def conditional(
 ) -> HttpResponse:
     """Add validators and directives to a rendered 200 and answer 304 when allowed.
 
-    The ETag is strong: it is the digest of the exact bytes sent, so two responses
-    with the same tag are byte-for-byte equal (nothing between here and the client
-    re-encodes the body; a compressing middleware would have to weaken it). The 304
+    The ETag is strong where it can be (``body_etag``): the digest of the exact
+    bytes sent, so two responses with the same tag are byte-for-byte equal; nothing
+    between here and the client re-encodes the body (a compressing middleware
+    would have to weaken it). Pages with a CSRF token get a weak tag. The 304
     repeats ETag, Last-Modified, Cache-Control and Vary so a cache can refresh the
     stored copy's metadata, and carries no body.
     """
     if response.status_code != 200 or request.method not in ("GET", "HEAD"):
         return response
-    etag = etag_for(response.content)
+    etag = body_etag(request, response.content)
     response["ETag"] = etag
     response["Cache-Control"] = cache_control
     if last_modified is not None:
