@@ -9,7 +9,10 @@ the signed-in user's name and a CSRF token in its navigation, so only the anonym
 variant is ``public``: a signed-in user's copy is ``private`` with the same max-age.
 Django's session middleware adds ``Vary: Cookie`` to these pages (they read the
 user), so a shared cache keeps the anonymous copy apart from anyone with a session.
-Forms are ``no-store``.
+The lesson warns that ``Vary: Cookie`` splits a shared cache per visitor; here it
+only splits visitors who carry a cookie, since visitors without one send no Cookie
+header and share one copy, and the personal copies are ``private`` anyway, which is
+the lesson's fix for per-person responses. Forms are ``no-store``.
 """
 
 from __future__ import annotations

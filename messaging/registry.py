@@ -83,9 +83,10 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
             name="cache_invalidation",
             accepts=LIBRARY_TYPES,
             handler="library.subscribers.invalidate_caches",
-            # A stale page is wrong until this runs: retry quickly, and often.
-            max_attempts=8,
-            backoff=Backoff(base_ms=100, cap_ms=5_000),
+            # Retries ride out a Redis restart: ten attempts with the default
+            # backoff span about two minutes, about the list pages' lifetime,
+            # after which a missed bump has aged out anyway.
+            max_attempts=10,
         ),
         Subscription(
             name="lab_probe",
