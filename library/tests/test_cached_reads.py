@@ -215,3 +215,36 @@ def test_missing_rows_answer_404_and_are_not_cached(
     assert client.get(reverse("branch-detail", args=[999_999])).status_code == 404
     assert client.get(reverse("book-detail", args=[999_999])).status_code == 404
     assert keys_of(f"{cache_tenants_of_this_test}-branch-999999:") == []
+
+
+def test_a_failed_bump_leaves_the_delivery_to_be_retried(
+    client: Client, book: Book, member: Member, settings
+) -> None:
+    url = reverse("branch-books", args=[book.branch_id])
+    tenant = reads.branch_tenant(book.branch_id)
+    client.get(url)
+    generation = generation_get("list", tenant)
+    redis_url = settings.REDIS_URL
+    loan_issue(book_id=book.pk, member_id=member.pk)
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    messaging_drain(owner="test")
+    settings.REDIS_URL = redis_url
+
+    delivery = Delivery.objects.get(subscription="cache_invalidation")
+    # Rolled back with its guard row: not done, waiting for its retry (the drain
+    # may already have retried once, the first backoff being short).
+    assert delivery.status == "pending"
+    assert delivery.attempts >= 1
+    assert "ConnectionError" in delivery.last_error
+    assert generation_get("list", tenant) == generation
+    others = Delivery.objects.exclude(subscription="cache_invalidation")
+    assert {d.status for d in others} == {"done"}
+
+    Delivery.objects.filter(pk=delivery.pk).update(available_at=delivery.created_at)
+    messaging_drain(owner="test")
+
+    delivery.refresh_from_db()
+    assert delivery.status == "done"
+    assert generation_get("list", tenant) == generation + 1
+    assert client.get(url).context["page"].object_list[0].on_shelf == 1
