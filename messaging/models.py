@@ -54,6 +54,8 @@ class Delivery(models.Model):
         max_length=8, choices=Status.choices, default=Status.PENDING
     )
     attempts = models.PositiveIntegerField(default=0)  # counted when claimed
+    # Failures the worker lived to record; attempts - 1 - failures of them died with it.
+    failures = models.PositiveIntegerField(default=0)
     available_at = models.DateTimeField()
     leased_until = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=64, blank=True)

@@ -189,14 +189,21 @@ class Outcome:
 def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
     """Run one claimed delivery's effect exactly once, or record why it failed.
 
-    1. Past its attempts (the worker died on the last one): dead letter, no run.
+    1. Out of attempts with a worker death behind it: dead letter, no run. A
+       delivery that killed its worker before does not get its last attempt (it
+       would most likely kill this one too): at the threshold it is isolated.
     2. Guard row + effect + done mark commit together; a guard already present means
        another worker finished it: mark done, no second effect.
     3. On an exception: schedule the retry with backoff, or dead-letter at the limit.
     """
     subscription = SUBSCRIPTIONS[delivery.subscription]
-    if delivery.attempts > subscription.max_attempts:
-        _dead_letter(delivery, subscription, "the worker died during the last attempt")
+    deaths = delivery.attempts - 1 - delivery.failures
+    out_of_attempts = delivery.attempts > subscription.max_attempts or (
+        delivery.attempts >= subscription.max_attempts and deaths > 0
+    )
+    if out_of_attempts:
+        reason = f"the worker died during {deaths} earlier attempt(s)"
+        _dead_letter(delivery, subscription, reason)
         return Outcome(delivery.pk, "dead")
     handler: Handler = import_string(subscription.handler)
     try:
@@ -259,6 +266,7 @@ def _record_failure(
     Delivery.objects.filter(pk=delivery.pk, status=Delivery.Status.PENDING).update(
         available_at=now + datetime.timedelta(milliseconds=wait),
         leased_until=None,
+        failures=F("failures") + 1,
         last_error=text,
         first_failed_at=delivery.first_failed_at or now,
         last_failed_at=now,
@@ -370,6 +378,7 @@ def deadletter_redrive(*, ids: Iterable[int], user: AbstractBaseUser | None) -> 
             Delivery.objects.filter(pk=letter.delivery_id).update(
                 status=Delivery.Status.PENDING,
                 attempts=0,
+                failures=0,
                 available_at=now,
                 leased_until=None,
                 lease_owner="",

@@ -292,9 +292,10 @@ def live(params: Params, progress: Progress) -> Tables:
 
     The spine raises the attempt counter when it claims a delivery, before the work,
     so #3's count grows although its worker never records a failure. With the
-    system's ``max_attempts`` of 3 the handler runs on claims 1 to 3 (each one a
-    death) and claim 4 sends it to the dead letters without running it: one death
-    more than the course, whose message is isolated on its third delivery.
+    system's ``max_attempts`` of 3, a delivery whose earlier attempts killed their
+    worker is isolated when its claim reaches the threshold: the handler runs on
+    claims 1 and 2 (each one a death) and claim 3 sends it to the dead letters
+    without running it, as in the course.
     """
     from course.labs import live as harness
     from messaging.models import DeadLetter

@@ -100,10 +100,13 @@ def test_dead_letter_queues_live_says_it_uses_the_system_threshold(redis_client)
 def test_poison_live_isolates_the_worker_killer_at_claim_time(redis_client):
     tables = live_tables("poison-messages-and-retry")
     assert rows(tables, "live_counter_position") == [
-        ["at claim (live system)", 3, 4, 1]
+        ["at claim (live system)", 2, 4, 1]
     ]
     claims = {r[0]: r for r in rows(tables, "live_claims")}
-    assert claims[3][1:] == [4, "dead letter: the worker died during the last attempt"]
+    assert claims[3][1:] == [
+        3,
+        "dead letter: the worker died during 2 earlier attempt(s)",
+    ]
     assert all(claims[n][2] == "done" for n in (1, 2, 4, 5))
     # The model's row with the counter at delivery isolates as well, a death earlier.
     model = {r[0]: r for r in rows(tables, "counter_position")}["at delivery"]

@@ -5,29 +5,51 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('messaging', '0001_initial'),
+        ("messaging", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='outboxmessage',
-            name='type',
-            field=models.CharField(choices=[('loan_issued', 'loan_issued'), ('return_received', 'return_received'), ('stock_corrected', 'stock_corrected'), ('lab_probe', 'lab_probe')], max_length=40),
+            model_name="outboxmessage",
+            name="type",
+            field=models.CharField(
+                choices=[
+                    ("loan_issued", "loan_issued"),
+                    ("return_received", "return_received"),
+                    ("stock_corrected", "stock_corrected"),
+                    ("lab_probe", "lab_probe"),
+                ],
+                max_length=40,
+            ),
         ),
         migrations.CreateModel(
-            name='ProbeEffect',
+            name="ProbeEffect",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('run', models.CharField(db_index=True, max_length=40)),
-                ('seq', models.PositiveIntegerField()),
-                ('mode', models.CharField(default='deduplication', max_length=20)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('message', models.ForeignKey(null=True, on_delete=django.db.models.deletion.CASCADE, to='messaging.outboxmessage')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="ID",
+                    ),
+                ),
+                ("run", models.CharField(db_index=True, max_length=40)),
+                ("seq", models.PositiveIntegerField()),
+                ("mode", models.CharField(default="deduplication", max_length=20)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "message",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        to="messaging.outboxmessage",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
     ]
