@@ -151,7 +151,7 @@ def hot_key(
         label = (
             "single key" if n == 0 else f"split into {n} cop{'y' if n == 1 else 'ies'}"
         )
-        rows.append([label, to_fixed_1(100 * max(load) / shard_requests), *load])
+        rows.append([label, to_fixed_1(max(load) / shard_requests * 100), *load])
     out["shards"] = rows
     return out
 
