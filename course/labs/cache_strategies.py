@@ -20,6 +20,7 @@ single-row read or overwrite by primary key, so a database would change no count
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from course.labs.base import (
@@ -104,7 +105,7 @@ class Counters:
 
 
 @dataclass
-class Strategy:
+class Strategy(ABC):
     """Cache-aside reads; subclasses decide what a write does to cache and origin."""
 
     origin: ShelfOrigin
@@ -120,8 +121,9 @@ class Strategy:
         self.cache[book] = value
         return value
 
+    @abstractmethod
     def write(self, book: int, on_shelf: int) -> None:
-        raise NotImplementedError
+        """Apply a shelf-count change the way this strategy does."""
 
     def unflushed(self) -> int:
         """Return how many changes exist only in the cache when the run ends."""
