@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import subprocess
 import time
 
 import httpx
@@ -37,26 +38,37 @@ def library(transactional_db):
     return branch
 
 
-@pytest.fixture(scope="module")
-def stack(django_db_setup, django_db_blocker):
-    """Two daphne instances, one messaging worker and the scheduler (the sweep).
-
-    Started once for the module: they read the database afresh on every request.
-    """
-    with django_db_blocker.unblock():
-        ports = [free_port(), free_port()]
-        servers = [start_daphne(port) for port in ports]
-        helpers = [start_manage("rqworker", "messaging"), start_manage("scheduler")]
-    try:
-        yield ports
-    finally:
-        for process in [*servers, *helpers]:
-            stop(process)
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        stop(process)
 
 
 @pytest.fixture
-def instances(stack, library):
-    return stack
+def instances(library):
+    """Two daphne instances, one messaging worker and the scheduler (the sweep).
+
+    Function-scoped on purpose: the processes must be gone before the test database
+    is flushed, or PostgreSQL's TRUNCATE can deadlock with a worker's transaction.
+    """
+    ports = [free_port(), free_port()]
+    processes = []
+    try:
+        processes += [start_daphne(port) for port in ports]
+        processes += [start_manage("rqworker", "messaging"), start_manage("scheduler")]
+        yield ports
+    finally:
+        stop_all(processes)
+
+
+@pytest.fixture
+def one_server(library):
+    """A single daphne instance, for checks that need no worker."""
+    port = free_port()
+    server = start_daphne(port)
+    try:
+        yield port
+    finally:
+        stop(server)
 
 
 def issue_loan_through_form(port: int, book_id: int) -> None:
@@ -125,10 +137,10 @@ def test_loan_through_one_instance_updates_sockets_on_both(instances):
     assert max(delay for _, delay in results) < 10
 
 
-def test_foreign_origin_is_refused_by_a_real_server(instances):
+def test_foreign_origin_is_refused_by_a_real_server(one_server):
     async def attempt() -> None:
         await websockets.connect(
-            f"ws://127.0.0.1:{instances[0]}/ws/branches/1/stock/",
+            f"ws://127.0.0.1:{one_server}/ws/branches/1/stock/",
             origin=Origin("http://attacker.example"),
         )
 
@@ -137,8 +149,8 @@ def test_foreign_origin_is_refused_by_a_real_server(instances):
     assert refused.value.response.status_code == 403
 
 
-def test_plain_http_to_the_socket_route_is_not_a_500(instances):
-    response = httpx.get(f"http://127.0.0.1:{instances[0]}/ws/branches/1/stock/")
+def test_plain_http_to_the_socket_route_is_not_a_500(one_server):
+    response = httpx.get(f"http://127.0.0.1:{one_server}/ws/branches/1/stock/")
     assert response.status_code == 404
 
 
