@@ -12,6 +12,13 @@ is counted, logged at most once a minute, and the request is answered from the o
 instead of raising, so the caller (an on-commit hook, an invalidation subscriber) can
 retry; ``generation_bump`` raises, because a lost bump leaves whole pages stale.
 
+Kill switch: the environment variable ``LIBRARY_CACHE`` = ``on`` (the default) or
+``off`` is read once per process, at the first ``cache_aside`` or
+``stale_while_revalidate`` call (not at import). With ``off`` both call ``produce``
+directly on every request, never touching Redis or the local tier, and still record
+the origin metrics (``misses``, ``origin_calls``), so an uncached instance can be
+measured beside a cached one. Any other value is logged and treated as ``on``.
+
 Preconditions: like every Redis call in this project, none of these run inside
 ``transaction.atomic()``; writes go in ``transaction.on_commit`` so the cache never
 holds a value whose transaction rolled back.
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -50,6 +58,7 @@ __all__ = [
     "LocalTier",
     "cache_aside",
     "cache_delete",
+    "cache_enabled",
     "decode",
     "encode",
     "generation_bump",
@@ -68,6 +77,42 @@ T = TypeVar("T")
 LOCAL_MAX_ENTRIES: Final = 512
 DEFAULT_LEASE_MS: Final = 5_000
 DEFAULT_WAIT_MS: Final = 3_000
+
+
+CACHE_SWITCH_VARIABLE: Final = "LIBRARY_CACHE"
+
+_switch: bool | None = None
+_switch_lock = threading.Lock()
+
+
+def _switch_read() -> bool:
+    raw = os.environ.get(CACHE_SWITCH_VARIABLE, "on").strip().lower()
+    if raw in ("", "on"):
+        return True
+    if raw == "off":
+        logger.warning(
+            "cache: %s=off, every read goes to the origin", CACHE_SWITCH_VARIABLE
+        )
+        return False
+    logger.warning(
+        "cache: %s=%r is neither on nor off; the cache stays on",
+        CACHE_SWITCH_VARIABLE,
+        raw,
+    )
+    return True
+
+
+def cache_enabled() -> bool:
+    """Return whether the read strategies use the cache (``LIBRARY_CACHE``).
+
+    The variable is read at the first call in this process and remembered.
+    """
+    global _switch
+    if _switch is None:
+        with _switch_lock:
+            if _switch is None:
+                _switch = _switch_read()
+    return _switch
 
 
 def encode(value: object) -> bytes:
@@ -210,6 +255,8 @@ def cache_aside(
     in ``[0, jitter_s)``. ``local_s > 0`` also keeps it in this process for that
     many seconds, for hot keys that tolerate that much staleness.
     """
+    if not cache_enabled():
+        return _origin_only(produce, namespace)
     if local_s > 0:
         local = local_tier.get(key, namespace=namespace)
         if local is not None:
@@ -333,6 +380,8 @@ def stale_while_revalidate(
     starts it). Without an entry the value is produced now, once (single-flight).
     """
     lifetime_ms = _swr_lifetime_ms(fresh_s, stale_s)
+    if not cache_enabled():
+        return _origin_only(produce, namespace), False
     if not redis_usable():
         return _origin_only(produce, namespace), False
     start = time.perf_counter()
