@@ -25,9 +25,11 @@ They live in ``library/cache/http.py``, where the real views use them too.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from course.labs.base import Cell, Chart, Lab, Params, Progress, Tables, table
 
@@ -205,11 +207,253 @@ def model(params: Params, progress: Progress) -> Tables:
     }
 
 
+# --- live part: the real views behind a real daphne ------------------------------
+
+LIVE_BOOK_ID = 7
+LIVE_START_TIMEOUT_S = 60.0
+LIVE_LOGIN_PATH = "/login/"
+DAPHNE = ("-m", "daphne", "-b", "127.0.0.1")
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _host_header(port: int) -> str:
+    """Return a Host the server accepts: 127.0.0.1, or the first allowed name."""
+    from django.conf import settings
+
+    allowed = [h for h in settings.ALLOWED_HOSTS if h not in ("*", "")]
+    if settings.DEBUG or not allowed or "127.0.0.1" in allowed:
+        return f"127.0.0.1:{port}"
+    return allowed[0].lstrip(".")
+
+
+@contextmanager
+def live_server(progress: Progress) -> Iterator[Any]:
+    """Start daphne on a free port (same database and Redis); yield an httpx client.
+
+    The server runs in a session of its own and is stopped with its whole process
+    group however the block ends.
+    """
+    import logging
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    from django.db import connection
+
+    from course.labs.base import LabError
+    from course.labs.live import live_step
+    from jobs.processes import ROOT, child_environment, kill_group
+
+    if connection.in_atomic_block:
+        raise LabError("live: run the live part outside a database transaction")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    live_step(progress, 0.02, f"starting daphne on port {port}")
+    process = subprocess.Popen(
+        [sys.executable, *DAPHNE, "-p", str(port), "config.asgi:application"],
+        cwd=ROOT,
+        env=child_environment(LOG_LEVEL="WARNING"),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    # httpx logs every request at INFO; the lab's tables already say what happened.
+    quiet = logging.getLogger("httpx")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        deadline = time.monotonic() + LIVE_START_TIMEOUT_S
+        while not _listening(port):
+            if process.poll() is not None:
+                raise LabError(
+                    f"live: daphne exited with status {process.returncode}; "
+                    "run it by hand to see why: python -m daphne "
+                    "config.asgi:application"
+                )
+            if time.monotonic() > deadline:
+                raise LabError(
+                    f"live: daphne did not listen within {LIVE_START_TIMEOUT_S:g} s"
+                )
+            time.sleep(0.1)
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"Host": _host_header(port)},
+            timeout=30.0,
+        ) as client:
+            yield client
+    finally:
+        quiet.setLevel(level)
+        kill_group(process, signal.SIGTERM)
+
+
+def _expect(response: Any, status: int, what: str) -> Any:
+    from course.labs.base import LabError
+
+    if response.status_code != status:
+        raise LabError(
+            f"live: {what} answered {response.status_code}, expected {status}"
+        )
+    return response
+
+
+def _csrf_token(html: str) -> str:
+    import re
+
+    from course.labs.base import LabError
+
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
+    if found is None:
+        raise LabError("live: the sign-in form carries no CSRF token")
+    return found.group(1)
+
+
+@contextmanager
+def signed_in_staff(client: Any, run: str) -> Iterator[None]:
+    """Create a throwaway staff account, sign in through the real form, and at the
+    end sign out and delete the account."""
+    import secrets
+
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model()
+    username = f"lab-live-{run}"
+    password = secrets.token_urlsafe(18)
+    users.objects.create_user(username=username, password=password, is_staff=True)
+    try:
+        form = _expect(client.get(LIVE_LOGIN_PATH), 200, "the sign-in form")
+        _expect(
+            client.post(
+                LIVE_LOGIN_PATH,
+                data={
+                    "username": username,
+                    "password": password,
+                    "csrfmiddlewaretoken": _csrf_token(form.text),
+                },
+            ),
+            302,
+            "signing in",
+        )
+        yield
+    finally:
+        token = client.cookies.get("csrftoken")
+        if token:
+            with suppress(Exception):
+                client.post("/logout/", data={"csrfmiddlewaretoken": token})
+        client.cookies.clear()
+        users.objects.filter(username=username).delete()
+
+
+def live(params: Params, progress: Progress) -> Tables:
+    """Ask the real book page for its validators, then read the real directives.
+
+    1. GET ``/books/7/`` anonymously twice, then with ``If-None-Match`` (its ETag)
+       and with ``If-Modified-Since`` (its Last-Modified): 200, 200, 304, 304.
+    2. Correct the book's shelf count through ``library.services.stock_correct``
+       (the version bumps, the page changes); the tag from before gets a 200.
+    3. The Cache-Control of a book, its branch, a member's history and the loan form,
+       the last two signed in as a throwaway staff account.
+    4. The shelf count is put back and the account deleted, however the run ends.
+    """
+    from course.labs.base import LabError
+    from course.labs.live import live_step, new_run_id
+    from library.models import Book, Member
+    from library.services import stock_correct
+
+    book = Book.objects.filter(pk=LIVE_BOOK_ID).values("on_shelf", "branch_id").first()
+    if book is None:
+        raise LabError(f"live: the database has no book #{LIVE_BOOK_ID}")
+    member = Member.objects.order_by("pk").values_list("pk", flat=True).first()
+    if member is None:
+        raise LabError("live: the database has no member")
+    path = f"/books/{LIVE_BOOK_ID}/"
+    run = new_run_id()
+    shelf = int(book["on_shelf"])
+    changed = False
+    with live_server(progress) as client:
+        try:
+            live_step(progress, 0.3, f"first GET {path}: the validators")
+            first = _expect(client.get(path), 200, f"GET {path}")
+            old_tag = first.headers.get("etag")
+            old_date = first.headers.get("last-modified")
+            if old_tag is None or old_date is None:
+                raise LabError(f"live: GET {path} carries no ETag or Last-Modified")
+            live_step(progress, 0.4, "conditional requests")
+            probes = [
+                ("unconditional", client.get(path)),
+                (
+                    "If-None-Match: current tag",
+                    client.get(path, headers={"If-None-Match": old_tag}),
+                ),
+                (
+                    "If-Modified-Since: current date",
+                    client.get(path, headers={"If-Modified-Since": old_date}),
+                ),
+            ]
+            live_step(progress, 0.5, "the book changes (stock correction)")
+            changed = True
+            stock_correct(book_id=LIVE_BOOK_ID, on_shelf=shelf + 1)
+            probes.append(
+                (
+                    "If-None-Match: tag from before the update",
+                    client.get(path, headers={"If-None-Match": old_tag}),
+                )
+            )
+            after = _expect(client.get(path), 200, f"GET {path} after the update")
+        finally:
+            if changed:
+                stock_correct(book_id=LIVE_BOOK_ID, on_shelf=shelf)
+
+        live_step(progress, 0.7, "directives by resource type")
+        anonymous = [path, f"/branches/{book['branch_id']}/"]
+        signed_in = [f"/members/{member}/", "/loans/issue/"]
+        directives: list[list[Cell]] = []
+        for page in anonymous:
+            response = _expect(client.get(page), 200, f"GET {page}")
+            directives.append([page, response.headers.get("cache-control")])
+        with signed_in_staff(client, run):
+            for page in signed_in:
+                response = _expect(client.get(page), 200, f"GET {page} (staff)")
+                directives.append([page, response.headers.get("cache-control")])
+    return {
+        "live_validators": table(
+            ["request", "status", "downloaded_bytes"],
+            [[label, r.status_code, r.num_bytes_downloaded] for label, r in probes],
+        ),
+        "live_directives": table(["path", "cache_control"], directives),
+        "live_headers": table(
+            ["response", "etag", "last_modified", "vary"],
+            [
+                ["before update", old_tag, old_date, first.headers.get("vary")],
+                [
+                    "after update",
+                    after.headers.get("etag"),
+                    after.headers.get("last-modified"),
+                    after.headers.get("vary"),
+                ],
+            ],
+        ),
+    }
+
+
 LAB = Lab(
     slug="http-caching",
     title="HTTP Caching",
     params=(),
     model=model,
+    live=live,
     charts=(
         Chart(
             table="validators",
