@@ -1,0 +1,663 @@
+"""The read-cache benchmark: daphne with the cache beside daphne without it.
+
+Real ``daphne`` processes serve the seeded demo library (``manage.py seed_library``)
+on the benchmark database; this process talks to them over HTTP with httpx, as an
+anonymous visitor behind a TLS proxy (``X-Forwarded-Proto: https``). Two instances
+run with ``LIBRARY_CACHE=on`` and two with ``LIBRARY_CACHE=off`` (the kill switch of
+``library.cache.store``), all at once, so both sides share the machine.
+
+1. Latency, interleaved ABAB: K sequential GETs of the catalogue pages
+   (``/branches/1/books/?page=N``) and of book pages (``/books/N/``) on one cached and
+   one uncached instance; p50/p99, and origin calls per request from the cache
+   metrics (``metrics_read`` deltas of the ``list`` and ``book`` namespaces).
+2. Stampede: 100 concurrent GETs of one never-requested book page, split over the two
+   instances of a side; origin calls of the ``book`` namespace.
+3. Conditional GET: requests/s of the largest list page with a matching
+   ``If-None-Match`` (304) and without (200), C requests in flight, one instance.
+
+Origin calls are counted by the servers themselves: each buffers its counters and
+flushes them at most a second later, on its next recorded event. Before reading the
+counters the benchmark waits past that second and requests the branch page (the
+``stock`` namespace, never measured) on each instance of the side, which flushes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from bench.common import (
+    BENCH_REDIS_DB,
+    ROOT,
+    BenchError,
+    Children,
+    choose_database,
+    flush_bench_redis,
+    format_table,
+    manage,
+    median,
+    migrate,
+    percentile,
+    wait_until,
+)
+
+NAME = "caching"
+TARGET_CATALOGUE_P50_RATIO: Final = 0.25  # cached p50 / uncached p50, at most
+TARGET_CACHED_ORIGIN_PER_REQUEST: Final = 0.0
+TARGET_STAMPEDE_ORIGIN_CALLS: Final = 1
+TARGET_304_RATIO: Final = 1.5  # 304 requests/s / 200 requests/s, at least
+BRANCH: Final = 1
+# Behind a TLS-terminating proxy: the settings (DEBUG off) redirect plain HTTP.
+HEADERS: Final = {"X-Forwarded-Proto": "https"}
+METRICS_WINDOW_MIN: Final = 24 * 60
+FLUSH_WAIT_S: Final = 1.2  # past metrics.FLUSH_INTERVAL_S
+BOOK_SAMPLE: Final = 20  # book pages cycled through in the latency phase
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("caching")
+    group.add_argument(
+        "--http-requests", type=int, help="K GETs per latency round (default 400)"
+    )
+    group.add_argument(
+        "--http-rounds", type=int, help="rounds per side and phase (default 3)"
+    )
+    group.add_argument(
+        "--stampede", type=int, help="concurrent GETs on a cold key (default 100)"
+    )
+    group.add_argument(
+        "--conditional-requests",
+        type=int,
+        help="requests per 304/200 throughput run (default 1000)",
+    )
+    group.add_argument(
+        "--http-concurrency",
+        type=int,
+        help="requests in flight in the 304/200 runs (default 8)",
+    )
+
+
+@dataclass(frozen=True)
+class Params:
+    requests: int
+    rounds: int
+    stampede: int
+    conditional_requests: int
+    concurrency: int
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace) -> Params:
+        quick = options.quick
+        params = cls(
+            requests=options.http_requests or (60 if quick else 400),
+            rounds=options.http_rounds or (1 if quick else 3),
+            stampede=options.stampede or 100,
+            conditional_requests=options.conditional_requests
+            or (150 if quick else 1000),
+            concurrency=options.http_concurrency or 8,
+        )
+        if min(asdict(params).values()) < 1:
+            raise BenchError("the caching benchmark's counts must be at least 1")
+        return params
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    port: int
+    cache: str  # "on" or "off": LIBRARY_CACHE of the process
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+# --- Set-up -------------------------------------------------------------------
+
+
+def fresh_seeded_database(children: Children, options: argparse.Namespace) -> None:
+    """Recreate, migrate and seed the bench database, whatever ran before."""
+    from django.db import connections
+
+    connections.close_all()
+    choose_database(postgres=options.postgres).recreate()
+    migrate(children)
+    # With DEBUG off the pages name manifest-hashed static files, as in production:
+    # the manifest comes from collectstatic (``staticfiles/``, as ``make run`` does).
+    for command in (
+        ("seed_library",),
+        ("collectstatic", "--noinput", "--verbosity", "0"),
+    ):
+        result = subprocess.run(
+            manage(*command),
+            cwd=ROOT,
+            env={**os.environ, **children.environment},
+            capture_output=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            error = result.stderr.decode(errors="replace")
+            raise BenchError(f"{command[0]} failed:\n{error}")
+    flush_bench_redis()
+
+
+def check_cache_redis() -> None:
+    from library.cache.metrics import cache_redis
+
+    db = cache_redis().connection_pool.connection_kwargs.get("db")
+    if int(db or 0) != BENCH_REDIS_DB:
+        raise BenchError(f"the cache uses Redis database {db}, not {BENCH_REDIS_DB}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(children: Children, name: str, cache: str) -> Server:
+    """Start one daphne of the project with LIBRARY_CACHE=cache; wait for a 200."""
+    import httpx
+
+    server = Server(name=name, port=free_port(), cache=cache)
+    children.start(
+        name,
+        [
+            "env",
+            f"LIBRARY_CACHE={cache}",
+            "ALLOWED_HOSTS=127.0.0.1",
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(server.port),
+            "config.asgi:application",
+        ],
+    )
+
+    def answers() -> bool:
+        try:
+            response = httpx.get(server.base + "/", headers=HEADERS, timeout=2)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    wait_until(answers, timeout=60, what=f"{name} to answer", children=children)
+    return server
+
+
+# --- Counting origin calls ----------------------------------------------------
+
+
+def flush_servers(servers: list[Server]) -> None:
+    """Make each server send its buffered counters to Redis (see the module doc)."""
+    import httpx
+
+    time.sleep(FLUSH_WAIT_S)
+    for server in servers:
+        response = httpx.get(
+            f"{server.base}/branches/{BRANCH}/", headers=HEADERS, timeout=30
+        )
+        if response.status_code != 200:
+            raise BenchError(f"{server.name}: branch page {response.status_code}")
+
+
+def counters(namespace: str) -> dict[str, int]:
+    """Return the namespace's counters (summed over the last day) from Redis."""
+    from library.cache.metrics import metrics_read
+
+    found: Any = metrics_read(METRICS_WINDOW_MIN).get(namespace) or {}
+    fields = ("origin_calls", "hits", "misses", "singleflight_saved")
+    return {field: int(found.get(field, 0)) for field in fields}
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {field: after[field] - before[field] for field in after}
+
+
+# --- 1. Latency ---------------------------------------------------------------
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(percentile(values, 50), 2),
+        "p99_ms": round(percentile(values, 99), 2),
+    }
+
+
+def latency_round(
+    server: Server, urls: list[str], count: int, namespace: str
+) -> dict[str, Any]:
+    """Time ``count`` sequential GETs (keep-alive) cycling through ``urls``."""
+    import httpx
+
+    with httpx.Client(base_url=server.base, headers=HEADERS, timeout=30) as client:
+        if server.cache == "on":
+            for url in urls:  # warm: every page stored before the clock runs
+                client.get(url).raise_for_status()
+        flush_servers([server])
+        before = counters(namespace)
+        timings = []
+        for n in range(count):
+            start = time.perf_counter()
+            response = client.get(urls[n % len(urls)])
+            timings.append((time.perf_counter() - start) * 1000)
+            if response.status_code != 200:
+                raise BenchError(
+                    f"{server.name}: {urls[n % len(urls)]} answered"
+                    f" {response.status_code}"
+                )
+    flush_servers([server])
+    calls = delta(counters(namespace), before)
+    return {
+        "timings_ms": timings,
+        "origin_calls": calls["origin_calls"],
+        "origin_per_request": calls["origin_calls"] / count,
+        "hits": calls["hits"],
+    }
+
+
+def latency(
+    params: Params, cached: Server, uncached: Server, book_ids: list[int]
+) -> dict[str, Any]:
+    from library.models import Book
+    from library.selectors import BOOKS_PER_PAGE
+
+    in_branch = Book.objects.filter(branch_id=BRANCH).count()
+    pages = max(1, -(-in_branch // BOOKS_PER_PAGE))
+    kinds = {
+        "catalogue": (
+            "list",
+            [f"/branches/{BRANCH}/books/?page={n}" for n in range(1, pages + 1)],
+        ),
+        "book": ("book", [f"/books/{pk}/" for pk in book_ids]),
+    }
+    report: dict[str, Any] = {}
+    for kind, (namespace, urls) in kinds.items():
+        rounds: dict[str, list[dict[str, Any]]] = {"cached": [], "uncached": []}
+        for n in range(1, params.rounds + 1):
+            for side, server in (("cached", cached), ("uncached", uncached)):
+                print(
+                    f"  latency {kind} round {n}/{params.rounds}: {side} ...",
+                    flush=True,
+                )
+                rounds[side].append(
+                    latency_round(server, urls, params.requests, namespace)
+                )
+        sides = {}
+        for side, runs in rounds.items():
+            pooled = [t for run in runs for t in run["timings_ms"]]
+            calls = sum(run["origin_calls"] for run in runs)
+            sides[side] = {
+                **_ms(pooled),
+                "requests": len(pooled),
+                "origin_calls": calls,
+                "origin_per_request": round(calls / len(pooled), 3),
+                "round_p50_ms": [
+                    round(percentile(run["timings_ms"], 50), 2) for run in runs
+                ],
+            }
+        ratio = sides["cached"]["p50_ms"] / sides["uncached"]["p50_ms"]
+        report[kind] = {
+            "urls": urls,
+            "namespace": namespace,
+            **sides,
+            "p50_ratio_cached_over_uncached": round(ratio, 3),
+            "pair_p50_ratios": [
+                round(a / b, 3)
+                for a, b in zip(
+                    sides["cached"]["round_p50_ms"],
+                    sides["uncached"]["round_p50_ms"],
+                    strict=True,
+                )
+            ],
+        }
+    return report
+
+
+# --- 2. Stampede --------------------------------------------------------------
+
+
+async def _burst(urls: list[str]) -> tuple[list[int], list[float], float]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=len(urls), max_keepalive_connections=0)
+    async with httpx.AsyncClient(headers=HEADERS, timeout=60, limits=limits) as client:
+
+        async def one(url: str) -> tuple[int, float]:
+            start = time.perf_counter()
+            response = await client.get(url)
+            return response.status_code, (time.perf_counter() - start) * 1000
+
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(one(url) for url in urls))
+        wall_ms = (time.perf_counter() - started) * 1000
+    return [a[0] for a in answers], [a[1] for a in answers], wall_ms
+
+
+def drop_book_entries(book_id: int) -> int:
+    """Delete every Redis entry of one book page (its key names the version)."""
+    from library.cache.metrics import cache_redis
+
+    client = cache_redis()
+    doomed = list(client.scan_iter(match=f"book:*:id={book_id}&*", count=500))
+    if doomed:
+        client.delete(*doomed)
+    return len(doomed)
+
+
+def stampede(
+    params: Params, sides: dict[str, list[Server]], cold_books: list[int]
+) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    for n in range(1, params.rounds + 1):
+        for side, servers in sides.items():
+            # A book no request has touched: cold in Redis and in every local tier.
+            book_id = cold_books.pop()
+            dropped = drop_book_entries(book_id)
+            print(
+                f"  stampede round {n}/{params.rounds}: {side}, book {book_id},"
+                f" {params.stampede} concurrent GETs over {len(servers)} instances",
+                flush=True,
+            )
+            flush_servers(servers)
+            before = counters("book")
+            urls = [
+                f"{servers[i % len(servers)].base}/books/{book_id}/"
+                for i in range(params.stampede)
+            ]
+            statuses, timings, wall_ms = asyncio.run(_burst(urls))
+            flush_servers(servers)
+            calls = delta(counters("book"), before)
+            bad = [s for s in statuses if s != 200]
+            if bad:
+                raise BenchError(f"stampede on {side}: {len(bad)} answers not 200")
+            runs[side].append(
+                {
+                    "book_id": book_id,
+                    "entries_dropped_first": dropped,
+                    "requests": len(statuses),
+                    "origin_calls": calls["origin_calls"],
+                    "singleflight_saved": calls["singleflight_saved"],
+                    "burst_wall_ms": round(wall_ms, 1),
+                    **_ms(timings),
+                }
+            )
+    report: dict[str, Any] = {}
+    for side, side_runs in runs.items():
+        report[side] = {
+            "origin_calls_per_round": [r["origin_calls"] for r in side_runs],
+            "max_origin_calls": max(r["origin_calls"] for r in side_runs),
+            "runs": side_runs,
+        }
+    return report
+
+
+# --- 3. 304 vs 200 ------------------------------------------------------------
+
+
+async def _throughput(
+    url: str, count: int, concurrency: int, etag: str | None
+) -> dict[str, Any]:
+    import httpx
+
+    headers = dict(HEADERS)
+    if etag is not None:
+        headers["If-None-Match"] = etag
+    statuses: dict[int, int] = {}
+    body_bytes = 0
+    remaining = count
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(headers=headers, timeout=60, limits=limits) as client:
+
+        async def worker() -> None:
+            nonlocal remaining, body_bytes
+            while remaining > 0:
+                remaining -= 1
+                response = await client.get(url)
+                statuses[response.status_code] = (
+                    statuses.get(response.status_code, 0) + 1
+                )
+                body_bytes += len(response.content)
+
+        await client.get(url)  # open the connections' first one outside the clock
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall_s = time.perf_counter() - started
+    return {
+        "requests": count,
+        "wall_s": round(wall_s, 3),
+        "requests_per_s": round(count / wall_s, 1),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "body_bytes_per_response": round(body_bytes / count),
+    }
+
+
+def conditional(params: Params, server: Server) -> dict[str, Any]:
+    import httpx
+
+    url = f"{server.base}/branches/{BRANCH}/books/?page=1"
+    runs: dict[str, list[dict[str, Any]]] = {"200": [], "304": []}
+    for n in range(1, params.rounds + 1):
+        # Warm (the entry may have aged out) and take the current tag.
+        first = httpx.get(url, headers=HEADERS, timeout=30)
+        first.raise_for_status()
+        etag = first.headers["ETag"]
+        for mode in ("200", "304"):
+            print(f"  conditional round {n}/{params.rounds}: {mode} ...", flush=True)
+            run_ = asyncio.run(
+                _throughput(
+                    url,
+                    params.conditional_requests,
+                    params.concurrency,
+                    etag if mode == "304" else None,
+                )
+            )
+            if run_["statuses"] != {mode: params.conditional_requests}:
+                raise BenchError(f"{mode} run answered {run_['statuses']}")
+            runs[mode].append(run_)
+    medians = {
+        mode: median([r["requests_per_s"] for r in mode_runs])
+        for mode, mode_runs in runs.items()
+    }
+    return {
+        "url": url.removeprefix(server.base),
+        "page_bytes": len(first.content),
+        "median_requests_per_s": medians,
+        "ratio_304_over_200": round(medians["304"] / medians["200"], 2),
+        "pair_ratios": [
+            round(a["requests_per_s"] / b["requests_per_s"], 2)
+            for a, b in zip(runs["304"], runs["200"], strict=True)
+        ],
+        "runs": runs,
+    }
+
+
+# --- Run ----------------------------------------------------------------------
+
+
+def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
+    params = Params.from_options(options)
+    print("  fresh database, seeded demo library ...", flush=True)
+    fresh_seeded_database(children, options)
+    check_cache_redis()
+    from library.models import Book
+
+    ids = list(Book.objects.order_by("id").values_list("id", flat=True))
+    if len(ids) < BOOK_SAMPLE + 2 * params.rounds:
+        raise BenchError(f"the seeded library has only {len(ids)} books")
+    book_ids = ids[:BOOK_SAMPLE]
+    cold_books = ids[BOOK_SAMPLE:]
+    print("  starting 2 daphne with LIBRARY_CACHE=on, 2 with off ...", flush=True)
+    servers = {
+        "cached": [start_server(children, f"daphne-on-{n}", "on") for n in (1, 2)],
+        "uncached": [start_server(children, f"daphne-off-{n}", "off") for n in (1, 2)],
+    }
+    try:
+        lat = latency(params, servers["cached"][0], servers["uncached"][0], book_ids)
+        storm = stampede(params, servers, cold_books)
+        cond = conditional(params, servers["cached"][0])
+    finally:
+        children.check_alive()
+        for side in servers.values():
+            for server in side:
+                children.stop(server.name)
+    catalogue_ratio = lat["catalogue"]["p50_ratio_cached_over_uncached"]
+    cached_origin = max(
+        lat["catalogue"]["cached"]["origin_per_request"],
+        lat["book"]["cached"]["origin_per_request"],
+    )
+    targets = {
+        "catalogue_p50_ratio": {
+            "target": f"<= {TARGET_CATALOGUE_P50_RATIO}",
+            "measured": catalogue_ratio,
+            "met": catalogue_ratio <= TARGET_CATALOGUE_P50_RATIO,
+        },
+        "cached_origin_calls_per_request": {
+            "target": f"== {TARGET_CACHED_ORIGIN_PER_REQUEST:g}",
+            "measured": cached_origin,
+            "met": cached_origin == TARGET_CACHED_ORIGIN_PER_REQUEST,
+        },
+        "stampede_origin_calls_cached": {
+            "target": f"== {TARGET_STAMPEDE_ORIGIN_CALLS}",
+            "measured": storm["cached"]["origin_calls_per_round"],
+            "met": all(
+                c == TARGET_STAMPEDE_ORIGIN_CALLS
+                for c in storm["cached"]["origin_calls_per_round"]
+            ),
+        },
+        "conditional_304_over_200": {
+            "target": f">= {TARGET_304_RATIO}",
+            "measured": cond["ratio_304_over_200"],
+            "met": cond["ratio_304_over_200"] >= TARGET_304_RATIO,
+        },
+    }
+    result = {
+        "params": asdict(params),
+        "servers": {
+            side: [asdict(s) for s in side_servers]
+            for side, side_servers in servers.items()
+        },
+        "latency": lat,
+        "stampede": storm,
+        "conditional": cond,
+        "targets": targets,
+    }
+    print()
+    print(text_report(result))
+    return result
+
+
+def text_report(result: dict[str, Any]) -> str:
+    p = result["params"]
+    lat = result["latency"]
+    rows = []
+    for kind in ("catalogue", "book"):
+        for side in ("cached", "uncached"):
+            s = lat[kind][side]
+            rows.append(
+                [
+                    f"{kind}, {side}",
+                    s["p50_ms"],
+                    s["p99_ms"],
+                    s["requests"],
+                    s["origin_per_request"],
+                ]
+            )
+    storm = result["stampede"]
+    storm_rows = [
+        [
+            side,
+            ", ".join(map(str, storm[side]["origin_calls_per_round"])),
+            ", ".join(str(r["singleflight_saved"]) for r in storm[side]["runs"]),
+            median([r["p50_ms"] for r in storm[side]["runs"]]),
+            median([r["burst_wall_ms"] for r in storm[side]["runs"]]),
+        ]
+        for side in ("cached", "uncached")
+    ]
+    cond = result["conditional"]
+    cond_rows = [
+        [
+            f"{mode} ({'If-None-Match matches' if mode == '304' else 'no validator'})",
+            cond["median_requests_per_s"][mode],
+            cond["runs"][mode][0]["body_bytes_per_response"],
+        ]
+        for mode in ("200", "304")
+    ]
+    target_rows = [
+        [name, t["target"], str(t["measured"]), "met" if t["met"] else "NOT met"]
+        for name, t in result["targets"].items()
+    ]
+    return "\n".join(
+        [
+            f"1. Latency: {p['requests']} sequential anonymous GETs per round,"
+            f" {p['rounds']} interleaved rounds per side (cache warmed first)",
+            format_table(
+                ["page, side", "p50 ms", "p99 ms", "requests", "origin/request"], rows
+            ),
+            "p50 cached/uncached: catalogue"
+            f" {lat['catalogue']['p50_ratio_cached_over_uncached']:.3f}"
+            f" (per round {lat['catalogue']['pair_p50_ratios']}),"
+            f" book {lat['book']['p50_ratio_cached_over_uncached']:.3f}"
+            f" (per round {lat['book']['pair_p50_ratios']})",
+            "",
+            f"2. Stampede: {p['stampede']} concurrent GETs of a cold book page over"
+            " two daphne instances, per round",
+            format_table(
+                ["side", "origin calls", "single-flight saved", "p50 ms", "burst ms"],
+                storm_rows,
+            ),
+            "",
+            f"3. Conditional GET of {cond['url']} ({cond['page_bytes']} bytes),"
+            f" {p['conditional_requests']} requests, {p['concurrency']} in flight,"
+            " one cached instance",
+            format_table(["path", "requests/s", "body bytes"], cond_rows),
+            f"ratio 304/200: {cond['ratio_304_over_200']:.2f}x"
+            f" (per round {cond['pair_ratios']})",
+            "",
+            "Targets (reported, never asserted)",
+            format_table(["target", "wanted", "measured", ""], target_rows),
+        ]
+    )
+
+
+def markdown_report(document: dict[str, Any]) -> str:
+    result = document["results"][NAME]
+    machine = document["machine"]
+    return "\n".join(
+        [
+            "# Read-cache benchmark (caching)",
+            "",
+            f"- date: {document['date']}",
+            f"- database: {document['database']} (seeded demo library),"
+            f" Redis db {document['redis_db']}",
+            f"- machine: {machine['cpus']} CPUs, {machine['platform']}, Python"
+            f" {machine['python']}, load at start {machine['load_average_at_start']}",
+            f"- code: {machine['git_commit'][:12]}"
+            + (
+                " (working tree had uncommitted changes)"
+                if machine["git_dirty"]
+                else ""
+            ),
+            f"- command: `{document['command']}`",
+            "",
+            "```",
+            text_report(result),
+            "```",
+            "",
+            "Both sides ran at the same time on the same machine: two daphne with"
+            " `LIBRARY_CACHE=on`, two with `LIBRARY_CACHE=off`. Origin calls are the"
+            " servers' own cache metrics (`origin_calls`, `metrics_read` deltas);"
+            " see bench/README.md.",
+            "",
+        ]
+    )
