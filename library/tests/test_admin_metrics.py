@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
@@ -20,12 +19,13 @@ from library.cache.metrics import (
     metrics_record,
     metrics_reset,
 )
+from library.tests.cache_db import CACHE_TEST_DB
 
 pytestmark = pytest.mark.django_db
 
 # Database 15 is emptied by other test runs at any moment (see test_cache_metrics);
 # these tests share the cache tests' database and touch only their own namespaces.
-CACHE_TEST_DB = int(os.environ.get("LIBRARY_CACHE_TEST_REDIS_DB", "14"))
+
 PAGE = "admin:cache_metrics"
 RESET = "admin:cache_metrics_reset"
 

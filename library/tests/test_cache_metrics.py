@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
@@ -21,6 +20,7 @@ from library.cache.metrics import (
     metrics_record,
     metrics_reset,
 )
+from library.tests.cache_db import CACHE_TEST_DB
 
 # Mid-minute, so +-30 s stays in the same bucket.
 NOW = 1_700_000_030.0
@@ -28,7 +28,6 @@ NOW = 1_700_000_030.0
 # Other test runs on this machine empty database 15 (conftest's redis_client) at any
 # moment; these tests use a database of their own and names unique to each test, and
 # clean up only what they wrote, so two runs cannot disturb each other.
-CACHE_TEST_DB = int(os.environ.get("LIBRARY_CACHE_TEST_REDIS_DB", "14"))
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -22,11 +21,11 @@ from library.cache.singleflight import (
     lock_release,
     single_flight,
 )
+from library.tests.cache_db import CACHE_TEST_DB
 
 # Other test runs on this machine empty database 15 (conftest's redis_client) at any
 # moment, which would pull locks out from under these timing-sensitive tests: they use
 # a database of their own and keys unique to each test, and delete only those.
-CACHE_TEST_DB = int(os.environ.get("LIBRARY_CACHE_TEST_REDIS_DB", "14"))
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ against the real Redis."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import uuid
@@ -35,11 +34,12 @@ from library.cache.store import (
     write_through,
 )
 from library.cache.ttl import lifetime_with_jitter
+from library.tests.cache_db import CACHE_TEST_DB
 
 # Other test runs on this machine empty database 15 (conftest's redis_client) at any
 # moment; these tests use a database of their own and keys unique to each test, and
 # delete only those.
-CACHE_TEST_DB = int(os.environ.get("LIBRARY_CACHE_TEST_REDIS_DB", "14"))
+
 CLOSED_PORT_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 
 BOOK = {"id": 7, "title": "Küçük Ağa", "on_shelf": 3}
