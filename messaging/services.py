@@ -162,14 +162,17 @@ def _claim_compare_and_set(
         )[:limit]
     )
     claimed_ids = []
-    for pk, attempts, subscription in candidates:
-        lease = now + _lease(subscription)
-        # The row count says whether another worker claimed it first.
-        won = Delivery.objects.filter(_due(now), pk=pk, attempts=attempts).update(
-            attempts=attempts + 1, lease_owner=owner, leased_until=lease
-        )
-        if won == 1:
-            claimed_ids.append(pk)
+    # One write transaction for the whole batch instead of one commit per row; the
+    # per-row compare-and-set still decides, row by row, who won.
+    with transaction.atomic():
+        for pk, attempts, subscription in candidates:
+            lease = now + _lease(subscription)
+            # The row count says whether another worker claimed it first.
+            won = Delivery.objects.filter(_due(now), pk=pk, attempts=attempts).update(
+                attempts=attempts + 1, lease_owner=owner, leased_until=lease
+            )
+            if won == 1:
+                claimed_ids.append(pk)
     return list(
         Delivery.objects.filter(pk__in=claimed_ids)
         .select_related("message")
@@ -186,6 +189,36 @@ class Outcome:
     result: str  # "done", "duplicate", "retry", "dead", "lost_lease"
 
 
+def deliveries_process(deliveries: list[Delivery], *, owner: str) -> list[Outcome]:
+    """Process a claimed batch; first-time deliveries share one commit.
+
+    Each fresh delivery runs in a savepoint of one outer transaction, so a failing
+    one rolls back alone and the batch pays one commit instead of one per delivery.
+    If the worker dies mid-batch, every effect of the batch rolls back with its
+    guard rows and is redelivered: still exactly once. Deliveries tried before run
+    after that commit, each on its own: one of them may be what kills workers, and
+    the batch's finished work must not go down with it.
+    """
+    fresh = [d for d in deliveries if d.attempts <= 1]
+    retried = [d for d in deliveries if d.attempts > 1]
+    outcomes: list[Outcome] = []
+    failed: list[tuple[Delivery, Exception]] = []
+    with transaction.atomic():
+        for delivery in fresh:
+            try:
+                with transaction.atomic():
+                    outcomes.append(_apply(delivery, owner))
+            except _LeaseLost:
+                outcomes.append(Outcome(delivery.pk, "lost_lease"))
+            except Exception as problem:
+                failed.append((delivery, problem))
+    for failed_delivery, failure in failed:
+        subscription = SUBSCRIPTIONS[failed_delivery.subscription]
+        outcomes.append(_record_failure(failed_delivery, subscription, failure))
+    outcomes.extend(delivery_process(d, owner=owner) for d in retried)
+    return outcomes
+
+
 def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
     """Run one claimed delivery's effect exactly once, or record why it failed.
 
@@ -196,6 +229,18 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
        another worker finished it: mark done, no second effect.
     3. On an exception: schedule the retry with backoff, or dead-letter at the limit.
     """
+    subscription = SUBSCRIPTIONS[delivery.subscription]
+    try:
+        with transaction.atomic():
+            return _apply(delivery, owner)
+    except _LeaseLost:
+        return Outcome(delivery.pk, "lost_lease")
+    except Exception as error:
+        return _record_failure(delivery, subscription, error)
+
+
+def _apply(delivery: Delivery, owner: str) -> Outcome:
+    """Guard row, effect and done mark. Call inside ``atomic()``; raises on failure."""
     subscription = SUBSCRIPTIONS[delivery.subscription]
     deaths = delivery.attempts - 1 - delivery.failures
     out_of_attempts = delivery.attempts > subscription.max_attempts or (
@@ -208,24 +253,17 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
     handler: Handler = import_string(subscription.handler)
     try:
         with transaction.atomic():
-            try:
-                with transaction.atomic():
-                    ProcessedMessage.objects.create(
-                        subscription=delivery.subscription,
-                        message_id=delivery.message_id,
-                    )
-            except IntegrityError:
-                _mark_done(delivery, owner)
-                return Outcome(delivery.pk, "duplicate")
-            handler(delivery.message)
-            if not _mark_done(delivery, owner):
-                # Our lease ran out and another worker owns the row now: undo our
-                # effect and let the owner finish (its guard insert will succeed).
-                raise _LeaseLost
-    except _LeaseLost:
-        return Outcome(delivery.pk, "lost_lease")
-    except Exception as error:
-        return _record_failure(delivery, subscription, error)
+            ProcessedMessage.objects.create(
+                subscription=delivery.subscription, message_id=delivery.message_id
+            )
+    except IntegrityError:
+        _mark_done(delivery, owner)
+        return Outcome(delivery.pk, "duplicate")
+    handler(delivery.message)
+    if not _mark_done(delivery, owner):
+        # Our lease ran out and another worker owns the row now: undo our effect
+        # and let the owner finish (its guard insert will succeed).
+        raise _LeaseLost
     return Outcome(delivery.pk, "done")
 
 
@@ -345,8 +383,8 @@ def messaging_drain(
         claimed = deliveries_claim(owner=owner, limit=batch)
         if not claimed:
             break
-        for delivery in claimed:
-            report.add(delivery_process(delivery, owner=owner))
+        for outcome in deliveries_process(claimed, owner=owner):
+            report.add(outcome)
     return report
 
 
