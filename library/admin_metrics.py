@@ -42,6 +42,7 @@ from library.cache.metrics import (
     COUNTERS,
     REDIS_TOTALS,
     NamespaceMetrics,
+    metrics_from_counts,
     metrics_read,
     metrics_reset,
 )
@@ -171,27 +172,7 @@ def _summed(report: list[NamespaceMetrics]) -> NamespaceMetrics:
         fields = cast(Mapping[str, int], metrics)
         for field in COUNTERS:
             counts[field] += fields[field]
-    requests = counts["hits"] + counts["misses"]
-    volume = counts["hit_bytes"] + counts["miss_bytes"]
-    return NamespaceMetrics(
-        hits=counts["hits"],
-        local_hits=counts["local_hits"],
-        misses=counts["misses"],
-        hit_bytes=counts["hit_bytes"],
-        miss_bytes=counts["miss_bytes"],
-        sets=counts["sets"],
-        evictions=counts["evictions"],
-        expiries=counts["expiries"],
-        singleflight_saved=counts["singleflight_saved"],
-        singleflight_fallbacks=counts["singleflight_fallbacks"],
-        stale_served=counts["stale_served"],
-        origin_calls=counts["origin_calls"],
-        origin_ms_total=counts["origin_ms_total"],
-        cache_ms_total=counts["cache_ms_total"],
-        errors=counts["errors"],
-        hit_ratio=_ratio(counts["hits"], requests),
-        byte_hit_ratio=_ratio(counts["hit_bytes"], volume),
-    )
+    return metrics_from_counts(counts)
 
 
 def metrics_report(*, window_minutes: int, now: float | None = None) -> MetricsReport:

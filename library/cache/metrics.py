@@ -295,7 +295,8 @@ atexit.register(_flush_at_exit)
 # --- reading ------------------------------------------------------------------------
 
 
-def _with_ratios(counts: dict[str, int]) -> NamespaceMetrics:
+def metrics_from_counts(counts: dict[str, int]) -> NamespaceMetrics:
+    """Return the counters with their request and byte hit ratios (None when 0/0)."""
     requests = counts["hits"] + counts["misses"]
     volume = counts["hit_bytes"] + counts["miss_bytes"]
     return NamespaceMetrics(
@@ -354,11 +355,11 @@ def metrics_read(
                 if name in totals:
                     totals[name] += int(amount)
         if any(totals.values()):
-            report[namespace] = _with_ratios(totals)
+            report[namespace] = metrics_from_counts(totals)
     server = dict.fromkeys(COUNTERS, 0)
     server["evictions"] = int(stats.get("evicted_keys", 0))
     server["expiries"] = int(stats.get("expired_keys", 0))
-    report[REDIS_TOTALS] = _with_ratios(server)
+    report[REDIS_TOTALS] = metrics_from_counts(server)
     return report
 
 
