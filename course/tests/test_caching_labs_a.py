@@ -12,28 +12,15 @@ from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs.base import Cell, LabResult, ParamError
+from course.labs.base import ParamError
 from course.labs.registry import lab_get
 from course.tests import reference_caching_a as ref
+from course.tests.lab_results import records, rows, run
 from library.cache.keys import cache_key
 
 STRATEGIES = "cache-strategies"
 INVALIDATION = "invalidation"
 KEY_DESIGN = "cache-key-design"
-
-
-def run(slug: str, **overrides: Any) -> LabResult:
-    lab = lab_get(slug)
-    return lab.run(lab.validate(overrides))
-
-
-def rows(result: LabResult, name: str) -> list[list[Cell]]:
-    return result["tables"][name]["rows"]
-
-
-def records(result: LabResult, name: str) -> list[dict[str, Cell]]:
-    found = result["tables"][name]
-    return [dict(zip(found["columns"], row, strict=True)) for row in found["rows"]]
 
 
 # --- the numbers the course prints --------------------------------------------------

@@ -12,31 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.labs import http_caching
-from course.labs.base import Cell, LabResult, ParamError
+from course.labs.base import ParamError
 from course.labs.registry import lab_get
 from course.tests import reference_caching_b as ref
+from course.tests.lab_results import columns, records, rows, run
 
 HOT = "hot-key-and-stampede-effect"
 HTTP = "http-caching"
 METRICS = "cache-metrics"
-
-
-def run(slug: str, **overrides: Any) -> LabResult:
-    lab = lab_get(slug)
-    return lab.run(lab.validate(overrides))
-
-
-def rows(result: LabResult, name: str) -> list[list[Cell]]:
-    return result["tables"][name]["rows"]
-
-
-def columns(result: LabResult, name: str) -> list[str]:
-    return result["tables"][name]["columns"]
-
-
-def records(result: LabResult, name: str) -> list[dict[str, Cell]]:
-    found = result["tables"][name]
-    return [dict(zip(found["columns"], row, strict=True)) for row in found["rows"]]
 
 
 # --- the course's printed output ------------------------------------------------------

@@ -2,16 +2,16 @@
 
 import json
 from io import StringIO
-from typing import Any
 
 import pytest
 from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs.base import Cell, LabResult, ParamError
+from course.labs.base import ParamError
 from course.labs.registry import lab_get
 from course.tests import reference_messaging as ref
+from course.tests.lab_results import columns, records, rows, run
 
 RATIONALE = "rationale-for-asynchronous-processing"
 DELIVERY = "delivery-semantics"
@@ -19,27 +19,9 @@ DEAD_LETTERS = "dead-letter-queues"
 POISON = "poison-messages-and-retry"
 
 
-def run(slug: str, **overrides: Any) -> LabResult:
-    lab = lab_get(slug)
-    return lab.run(lab.validate(overrides))
-
-
-def rows(result: LabResult, name: str) -> list[list[Cell]]:
-    return result["tables"][name]["rows"]
-
-
-def columns(result: LabResult, name: str) -> list[str]:
-    return result["tables"][name]["columns"]
-
-
 # --- the course's printed output, copied from the lessons ---------------------------
 # Expected rows are written as records (column -> value) so that a wrong column order
 # shows up as a readable diff.
-
-
-def records(result: LabResult, name: str) -> list[dict[str, Cell]]:
-    found = result["tables"][name]
-    return [dict(zip(found["columns"], row, strict=True)) for row in found["rows"]]
 
 
 def test_rationale_defaults_reproduce_the_course():
