@@ -7,6 +7,7 @@ after that transaction commits and may repeat: receivers order them by version.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -81,8 +82,20 @@ def refresh_branch_stock(message: OutboxMessage) -> None:
     summary.save()
 
 
+# Events of committed broadcast deliveries waiting for the end of the batch. A worker
+# process drains one batch at a time, so the list belongs to the batch in hand; it is
+# guarded anyway, as a process may run drains on threads (the tests do).
+_pending_broadcasts: list[dict[str, Any]] = []
+_pending_lock = threading.Lock()
+
+
 def broadcast_branch_stock(message: OutboxMessage) -> None:
-    """Send the changed book's count and the branch total to the branch's live pages."""
+    """Queue the changed book's count and the branch total for the branch's pages.
+
+    The event is queued only once the guard row has committed, and sent by
+    ``broadcast_flush`` at the end of the batch: network I/O stays out of the
+    transaction, and a batch costs one trip to the channel layer, not one per loan.
+    """
     branch_id = _field(message.body, "branch_id")
     book_id = _field(message.body, "book_id")
     state = branch_stock_state(branch_id)
@@ -96,14 +109,31 @@ def broadcast_branch_stock(message: OutboxMessage) -> None:
         "offset": message.pk,
     }
 
-    def send() -> None:
-        layer = get_channel_layer()
-        if layer is not None:
-            async_to_sync(layer.group_send)(f"branch-{branch_id}", event)
+    def queue() -> None:
+        with _pending_lock:
+            _pending_broadcasts.append(event)
 
-    # Network I/O only once the guard row has committed. A failed send is logged, not
-    # retried: the delivery is done, and a page that misses a version resynchronises.
-    transaction.on_commit(send, robust=True)
+    transaction.on_commit(queue)
+
+
+def broadcast_flush() -> None:
+    """Send the queued events to their branches' groups, in one event loop.
+
+    A failed send is logged by the caller, not retried: the deliveries are done, and
+    a page that misses a version asks for a fresh snapshot.
+    """
+    with _pending_lock:
+        events = list(_pending_broadcasts)
+        _pending_broadcasts.clear()
+    layer = get_channel_layer()
+    if not events or layer is None:
+        return
+
+    async def send_all() -> None:
+        for event in events:
+            await layer.group_send(f"branch-{event['branch']}", event)
+
+    async_to_sync(send_all)()
 
 
 def invalidate_caches(message: OutboxMessage) -> None:
@@ -130,6 +160,7 @@ def invalidate_caches(message: OutboxMessage) -> None:
     is the guard row's lock held for one Redis round trip (at most the cache client's
     one-second timeout).
     """
-    reads.branch_invalidate(_field(message.body, "branch_id"))
+    member_id = None
     if message.type in (MessageType.LOAN_ISSUED, MessageType.RETURN_RECEIVED):
-        reads.member_invalidate(_field(message.body, "member_id"))
+        member_id = _field(message.body, "member_id")
+    reads.change_invalidate(_field(message.body, "branch_id"), member_id)

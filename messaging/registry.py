@@ -52,6 +52,11 @@ class Subscription:
     # The lease (visibility timeout): a claimed delivery not finished by then is
     # claimed again by another worker. None: settings.MESSAGING_LEASE_SECONDS.
     visibility: datetime.timedelta | None = None
+    # Dotted path of ``flush() -> None``, run after every batch that held deliveries
+    # of this subscription, outside any transaction: it sends, in one go, the network
+    # effects the handler queued after its commits (one round trip per batch, not
+    # one per message).
+    after_batch: str | None = None
 
 
 LIBRARY_TYPES = frozenset(
@@ -75,6 +80,7 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
             name="broadcast",
             accepts=LIBRARY_TYPES,
             handler="library.subscribers.broadcast_branch_stock",
+            after_batch="library.subscribers.broadcast_flush",
             # A broadcast is worth little once stale: give up sooner.
             max_attempts=3,
             backoff=Backoff(base_ms=200, cap_ms=2_000),

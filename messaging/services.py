@@ -113,15 +113,7 @@ def deliveries_claim(
     steady stream of fresh work.
     """
     now = now or timezone.now()
-    fresh = _claim(owner=owner, now=now, limit=limit, retried=False)
-    return fresh + _claim(owner=owner, now=now, limit=1, retried=True)
-
-
-def _claim(
-    *, owner: str, now: datetime.datetime, limit: int, retried: bool
-) -> list[Delivery]:
     due = Delivery.objects.filter(_due(now))
-    due = due.filter(attempts__gt=0) if retried else due.filter(attempts=0)
     if connection.vendor == "postgresql":
         return _claim_skip_locked(due, owner=owner, now=now, limit=limit)
     return _claim_compare_and_set(due, owner=owner, now=now, limit=limit)
@@ -136,15 +128,19 @@ def _lease(subscription_name: str) -> datetime.timedelta:
     )
 
 
+def _batch_order(due: Any) -> Any:
+    return due.order_by("available_at", "id")
+
+
 def _claim_skip_locked(
     due: Any, *, owner: str, now: datetime.datetime, limit: int
 ) -> list[Delivery]:
     with transaction.atomic():
-        rows = list(
-            due.select_related("message")
-            .select_for_update(skip_locked=True, of=("self",))
-            .order_by("available_at", "id")[:limit]
+        locked = due.select_related("message").select_for_update(
+            skip_locked=True, of=("self",)
         )
+        rows = list(_batch_order(locked.filter(attempts=0))[:limit])
+        rows += list(_batch_order(locked.filter(attempts__gt=0))[:1])
         for row in rows:
             row.leased_until = now + _lease(row.subscription)
             row.attempts += 1
@@ -156,28 +152,66 @@ def _claim_skip_locked(
 def _claim_compare_and_set(
     due: Any, *, owner: str, now: datetime.datetime, limit: int
 ) -> list[Delivery]:
-    candidates = list(
-        due.order_by("available_at", "id").values_list(
-            "id", "attempts", "subscription"
-        )[:limit]
-    )
-    claimed_ids = []
-    # One write transaction for the whole batch instead of one commit per row; the
-    # per-row compare-and-set still decides, row by row, who won.
-    with transaction.atomic():
-        for pk, attempts, subscription in candidates:
-            lease = now + _lease(subscription)
-            # The row count says whether another worker claimed it first.
-            won = Delivery.objects.filter(_due(now), pk=pk, attempts=attempts).update(
-                attempts=attempts + 1, lease_owner=owner, leased_until=lease
-            )
-            if won == 1:
-                claimed_ids.append(pk)
+    """Claim with one conditional UPDATE per lease length, checked by its row count.
+
+    SQLite has no row locks. The candidates are read and claimed inside one write
+    transaction (IMMEDIATE, see settings), and the UPDATE repeats the due condition
+    and each row's attempt count: it only moves rows nobody claimed since they were
+    read, and its row count says whether all of them moved. If one did not (a claim
+    raced in, say under a deferred transaction mode), the batch is rolled back and
+    claimed row by row, each row's count deciding who won it.
+    """
+    try:
+        with transaction.atomic():
+            candidates = _claim_candidates(due, limit)
+            if not _claim_all(due, candidates, owner=owner, now=now):
+                raise _ClaimRaced
+    except _ClaimRaced:
+        with transaction.atomic():
+            candidates = [
+                c
+                for c in _claim_candidates(due, limit)
+                if _claim_all(due, [c], owner=owner, now=now)
+            ]
     return list(
-        Delivery.objects.filter(pk__in=claimed_ids)
+        Delivery.objects.filter(pk__in=[pk for pk, *_ in candidates])
         .select_related("message")
         .order_by("id")
     )
+
+
+class _ClaimRaced(Exception):
+    pass
+
+
+def _claim_candidates(due: Any, limit: int) -> list[tuple[int, int, str]]:
+    columns = ("id", "attempts", "subscription")
+    fresh = list(_batch_order(due.filter(attempts=0)).values_list(*columns)[:limit])
+    retried = list(_batch_order(due.filter(attempts__gt=0)).values_list(*columns)[:1])
+    return fresh + retried
+
+
+def _claim_all(
+    due: Any,
+    candidates: list[tuple[int, int, str]],
+    *,
+    owner: str,
+    now: datetime.datetime,
+) -> bool:
+    """Claim every candidate or report that some moved.
+
+    One UPDATE per (lease, attempt count) group: a fresh batch is a single statement.
+    """
+    groups: dict[tuple[datetime.timedelta, int], list[int]] = {}
+    for pk, attempts, subscription in candidates:
+        groups.setdefault((_lease(subscription), attempts), []).append(pk)
+    for (lease, attempts), pks in groups.items():
+        moved = due.filter(pk__in=pks, attempts=attempts).update(
+            attempts=attempts + 1, lease_owner=owner, leased_until=now + lease
+        )
+        if moved != len(pks):
+            return False
+    return True
 
 
 # --- Process ------------------------------------------------------------------
@@ -199,7 +233,22 @@ def deliveries_process(deliveries: list[Delivery], *, owner: str) -> list[Outcom
     tried before come last: one of them may be what kills workers.
     """
     ordered = sorted(deliveries, key=lambda d: d.attempts > 1)
-    return [delivery_process(d, owner=owner) for d in ordered]
+    try:
+        return [delivery_process(d, owner=owner) for d in ordered]
+    finally:
+        _after_batch({d.subscription for d in deliveries})
+
+
+def _after_batch(subscriptions: set[str]) -> None:
+    for name in sorted(subscriptions):
+        path = SUBSCRIPTIONS[name].after_batch
+        if path is None:
+            continue
+        try:
+            import_string(path)()
+        except Exception:
+            # The deliveries are done; what failed here is a best-effort send.
+            log.exception("after-batch step of %s failed", name)
 
 
 def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:

@@ -45,9 +45,8 @@ from library import selectors
 from library.cache.keys import KeySpec
 from library.cache.store import (
     cache_aside,
-    cache_delete,
-    generation_bump,
     generation_get,
+    generations_bump,
     stale_while_revalidate,
 )
 from library.models import Book, Branch, Loan, Member
@@ -62,11 +61,10 @@ __all__ = [
     "CachedBook",
     "book_detail",
     "branch_books_page",
-    "branch_invalidate",
     "branch_page",
     "branch_tenant",
+    "change_invalidate",
     "member_history_page",
-    "member_invalidate",
     "member_tenant",
 ]
 
@@ -469,14 +467,12 @@ def member_history_page(
 # --- invalidation (called by the cache_invalidation subscription) ---------------------
 
 
-class CacheRetireError(RuntimeError):
-    """An entry that must go could not be removed; the event is retried."""
+def change_invalidate(branch_id: int, member_id: int | None = None) -> None:
+    """Retire what a change at the branch made stale, in one Redis round trip.
 
-
-def branch_invalidate(branch_id: int) -> None:
-    """Retire the branch's list and search pages and its stock page.
-
-    Raises on a Redis error from the bumps, so the caller's delivery is retried.
+    The branch's list and search generations are bumped and its stock page deleted;
+    with a member, that member's history generation too. Raises on a Redis error, so
+    the caller's delivery is retried.
 
     The stock page is deleted, not written through: rebuilding it (totals and the
     busiest books over all loans) on every loan made a burst of loans rebuild it once
@@ -484,12 +480,7 @@ def branch_invalidate(branch_id: int) -> None:
     of the drain's time; the next reader rebuilds it once, behind single-flight.
     """
     tenant = branch_tenant(branch_id)
-    generation_bump(LIST.namespace, tenant)
-    generation_bump(SEARCH.namespace, tenant)
-    if not cache_delete(_branch_key(branch_id), namespace=STOCK.namespace):
-        raise CacheRetireError(f"could not retire the stock page of branch {branch_id}")
-
-
-def member_invalidate(member_id: int) -> None:
-    """Retire every cached page of the member's history; raises on a Redis error."""
-    generation_bump(HISTORY.namespace, member_tenant(member_id))
+    generations = [(LIST.namespace, tenant), (SEARCH.namespace, tenant)]
+    if member_id is not None:
+        generations.append((HISTORY.namespace, member_tenant(member_id)))
+    generations_bump(generations, delete=(_branch_key(branch_id),))

@@ -64,6 +64,7 @@ __all__ = [
     "generation_bump",
     "generation_get",
     "generation_key",
+    "generations_bump",
     "local_tier",
     "refreshes_wait",
     "stale_while_revalidate",
@@ -542,10 +543,25 @@ def generation_bump(namespace: str, tenant: str) -> int:
     which only evicts keys that have an expiry). Redis errors propagate: a lost bump
     is a stale page, and the caller (an at-least-once subscriber) must retry.
     """
+    return generations_bump([(namespace, tenant)])[0]
+
+
+def generations_bump(
+    generations: list[tuple[str, str]], *, delete: tuple[str, ...] = ()
+) -> list[int]:
+    """Bump several generations and delete ``delete`` keys in one round trip.
+
+    Same contract as ``generation_bump``; one MULTI, so they all happen or none.
+    """
+    for key in delete:
+        local_tier.discard(key)
     pipe = cache_redis().pipeline(transaction=True)
-    # SET NX first: a counter that never existed stands at the default 1, so the
-    # first bump must give 2, not INCR's 1.
-    pipe.set(generation_key(namespace, tenant), 1, nx=True)
-    pipe.incr(generation_key(namespace, tenant))
-    _, value = pipe.execute()
-    return int(value)
+    for namespace, tenant in generations:
+        # SET NX first: a counter that never existed stands at the default 1, so the
+        # first bump must give 2, not INCR's 1.
+        pipe.set(generation_key(namespace, tenant), 1, nx=True)
+        pipe.incr(generation_key(namespace, tenant))
+    for key in delete:
+        pipe.delete(key)
+    replies = pipe.execute()
+    return [int(v) for v in replies[1 : 2 * len(generations) : 2]]

@@ -18,7 +18,7 @@ from django.db.models import Count
 from jobs.processes import kill_group
 from library.models import Book, Branch, Loan, Member, Notification
 from library.services import loan_issue
-from messaging.models import DeadLetter, Delivery
+from messaging.models import DeadLetter, Delivery, OutboxMessage
 from messaging.registry import subscriptions_for
 from tests.processes import ROOT, child_env, start_manage
 
@@ -57,8 +57,11 @@ def make_library(books: int, members: int) -> None:
 def wait_until_settled(timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        # Settled: every message relayed and no delivery pending. (Deliveries alone
+        # are not enough: messages not relayed yet have none.)
         if (
-            not Delivery.objects.filter(status="pending").exists()
+            not OutboxMessage.objects.filter(relayed_at__isnull=True).exists()
+            and not Delivery.objects.filter(status="pending").exists()
             and Delivery.objects.exists()
         ):
             return

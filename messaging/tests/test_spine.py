@@ -1,8 +1,11 @@
 """The outbox, the relay, claims, effects, retries and dead letters, in one process."""
 
+import datetime
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 
 from library.errors import LibraryError
 from library.models import Book, BranchStock, Notification
@@ -18,6 +21,8 @@ from messaging.services import (
     relay_pending,
 )
 from messaging.tests.conftest import make_due
+
+LEASE = datetime.timedelta(seconds=30)
 
 pytestmark = pytest.mark.django_db
 
@@ -250,3 +255,71 @@ def test_registry_refuses_an_unhandled_type(monkeypatch):
     monkeypatch.setattr(registry, "SUBSCRIPTIONS", {})
     with pytest.raises(ImproperlyConfigured, match="loan_issued"):
         registry.check_registry()
+
+
+@pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="PostgreSQL claims with SKIP LOCKED"
+)
+def test_claim_that_loses_a_race_falls_back_to_row_by_row(library_rows, monkeypatch):
+    """A batch whose UPDATE moves fewer rows than it read is claimed row by row."""
+    from messaging import services
+
+    loan_issue(book_id=1, member_id=1)
+    relay_pending()
+    taken = Delivery.objects.earliest("id")
+    real_candidates = services._claim_candidates
+    calls = []
+
+    def candidates_then_race(due, limit):
+        rows = real_candidates(due, limit)
+        # Another worker claims one row between our read and our UPDATE (again on the
+        # second pass: the rollback of the first undid this stand-in for its commit).
+        Delivery.objects.filter(pk=taken.pk).update(
+            attempts=1, lease_owner="w0", leased_until=timezone.now() + LEASE
+        )
+        calls.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(services, "_claim_candidates", candidates_then_race)
+    claimed = deliveries_claim(owner="w1", limit=10)
+    assert calls == [4, 4]  # the batch, rolled back, then the row-by-row pass
+    assert sorted(d.pk for d in claimed) == sorted(
+        Delivery.objects.exclude(pk=taken.pk).values_list("pk", flat=True)
+    )
+    assert Delivery.objects.get(pk=taken.pk).lease_owner == "w0"
+    assert set(
+        Delivery.objects.exclude(pk=taken.pk).values_list("attempts", flat=True)
+    ) == {1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_broadcasts_of_a_batch_are_sent_once_it_is_processed(library_rows, monkeypatch):
+    """Committed broadcast deliveries queue their event; the batch's end sends them."""
+    from library import subscribers
+    from messaging.services import deliveries_process
+
+    sent: list[tuple[str, int, int]] = []
+
+    class Layer:
+        async def group_send(self, group, event):
+            sent.append((group, event["book"], event["offset"]))
+
+    monkeypatch.setattr(subscribers, "get_channel_layer", lambda: Layer())
+    monkeypatch.setattr("messaging.tasks.nudge_drain", lambda: None)
+    first = loan_issue(book_id=1, member_id=1)  # book 1 is at branch 2
+    second = loan_issue(book_id=2, member_id=1)  # book 2 at branch 1
+    relay_pending()
+    batch = deliveries_claim(owner="w1", limit=10)
+    broadcasts = sorted(
+        (d for d in batch if d.subscription == "broadcast"), key=lambda d: d.pk
+    )
+    assert delivery_process(broadcasts[0], owner="w1").result == "done"
+    assert sent == []  # queued after its commit, not sent yet
+    rest = [d for d in batch if d.pk != broadcasts[0].pk]
+    assert {o.result for o in deliveries_process(rest, owner="w1")} == {"done"}
+    offsets = {m.pk for m in OutboxMessage.objects.all()}
+    assert sorted(sent) == sorted(
+        [("branch-2", 1, min(offsets)), ("branch-1", 2, max(offsets))]
+    )
+    assert (first.book_id, second.book_id) == (1, 2)
+    assert subscribers._pending_broadcasts == []
