@@ -30,11 +30,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 from course.labs.base import (
     Cell,
     Chart,
     Lab,
+    LabError,
     Param,
     Params,
     Progress,
@@ -45,6 +47,9 @@ from course.labs.base import (
 )
 from course.labs.cache_strategies import Operation, ShelfOrigin, workload
 from course.labs.jsnum import SEED_MAX
+
+if TYPE_CHECKING:
+    from course.labs.live import LiveSystem
 
 WRITE_RATIO = 0.15
 HOT_BOOKS = 12
@@ -219,6 +224,282 @@ def model(params: Params, progress: Progress) -> Tables:
     }
 
 
+# --- live part ----------------------------------------------------------------------
+
+LIVE_LIFETIME_S = 1  # the shortest lifetime cache_aside takes (whole seconds)
+LIVE_READ_EVERY_S = 0.01
+LIVE_READS_AFTER_FRESH = 5  # fresh reads after the first, to show the entry is back
+LIVE_WATCH_TIMEOUT_S = 15.0
+INVALIDATION_SUBSCRIPTION = "cache_invalidation"
+LIVE_COLUMNS = ["invalidation", "reads", "hits", "misses", "stale", "delay_ms"]
+
+# One read of the watched value: (what the reader was served, whether it was a hit).
+Read = Callable[[], tuple[int, bool]]
+
+
+def _watch(label: str, read: Read, expected: int, committed_at: float) -> list[Cell]:
+    """Read every LIVE_READ_EVERY_S from the commit on; return the row.
+
+    ``delay_ms`` is the time from the write's commit to the first read that saw the
+    new value; the watch goes on for LIVE_READS_AFTER_FRESH more reads.
+    """
+    import time
+
+    reads = hits = stale = 0
+    delay_ms: float | None = None
+    fresh_reads = 0
+    deadline = committed_at + LIVE_WATCH_TIMEOUT_S
+    while fresh_reads <= LIVE_READS_AFTER_FRESH:
+        value, hit = read()
+        now = time.monotonic()
+        reads += 1
+        hits += hit
+        if value != expected:
+            stale += 1
+        else:
+            fresh_reads += 1
+            if delay_ms is None:
+                delay_ms = round((now - committed_at) * 1000, 1)
+        if now > deadline:
+            raise LabError(
+                f"live: {label} still served the old value after "
+                f"{LIVE_WATCH_TIMEOUT_S:g} s"
+            )
+        time.sleep(LIVE_READ_EVERY_S)
+    return [label, reads, hits, reads - hits, stale, delay_ms]
+
+
+def _change(book: int) -> tuple[int, float, int]:
+    """Add a copy to the book's shelf through the library's service.
+
+    Return the new count, the monotonic time of the commit and the id of the outbox
+    message the change left.
+    """
+    import time
+
+    from course.labs.live_store import shelf_read, shelf_write
+    from messaging.models import OutboxMessage
+    from messaging.registry import MessageType
+
+    new = shelf_read(book) + 1
+    shelf_write(book, new)
+    committed_at = time.monotonic()
+    message = (
+        OutboxMessage.objects.filter(type=MessageType.STOCK_CORRECTED, key=str(book))
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    if message is None:
+        raise LabError(f"live: the change of book #{book} left no outbox message")
+    return new, committed_at, message
+
+
+def _invalidated(message: int) -> bool:
+    """Return whether the cache_invalidation delivery of ``message`` is done."""
+    from messaging.models import Delivery
+
+    return bool(
+        Delivery.objects.filter(
+            message_id=message,
+            subscription=INVALIDATION_SUBSCRIPTION,
+            status=Delivery.Status.DONE,
+        ).exists()
+    )
+
+
+def _live_time(run: str, book: int) -> list[Cell]:
+    """A lab entry with a one-second lifetime and nothing else retiring it."""
+    from course.labs.live_store import LAB_NAMESPACE, shelf_key, shelf_read
+    from library.cache.store import cache_aside
+
+    def read() -> tuple[int, bool]:
+        produced = False
+
+        def produce() -> int:
+            nonlocal produced
+            produced = True
+            return shelf_read(book)
+
+        value: int = cache_aside(
+            key=shelf_key(run, book),
+            namespace=LAB_NAMESPACE,
+            produce=produce,
+            lifetime_s=LIVE_LIFETIME_S,
+        )
+        return value, not produced
+
+    read()  # store the entry; its second of life starts now
+    new, committed_at, _ = _change(book)
+    return _watch(f"time (lifetime={LIVE_LIFETIME_S} s)", read, new, committed_at)
+
+
+def _list_key(branch: int, page: int) -> str:
+    """Return the key ``branch_books_page`` reads for the page right now."""
+    from library.cache.reads import LIST, branch_tenant
+    from library.cache.store import generation_get
+
+    tenant = branch_tenant(branch)
+    return LIST.key(
+        tenant=tenant,
+        generation=generation_get(LIST.namespace, tenant),
+        criteria={"page": page},
+    )
+
+
+def _live_event(book: int, branch: int, page: int, system: LiveSystem) -> list[Cell]:
+    """The branch's catalogue page, retired by the outbox's cache_invalidation."""
+    from course.labs.live import wait_until
+    from library.cache.metrics import cache_redis
+    from library.cache.reads import branch_books_page
+
+    def read() -> tuple[int, bool]:
+        hit = bool(cache_redis().exists(_list_key(branch, page)))
+        found = branch_books_page(branch_id=branch, page=page)
+        if found is None:
+            raise LabError(f"live: branch {branch} vanished during the run")
+        for row in found[1].object_list:
+            if row.pk == book:
+                return row.on_shelf, hit
+        raise LabError(f"live: book #{book} is not on page {page} of its branch")
+
+    read()
+    if not cache_redis().exists(_list_key(branch, page)):
+        raise LabError(
+            "live: library.cache.reads.branch_books_page no longer stores under "
+            "the key this lab builds (course/labs/invalidation.py: _list_key)"
+        )
+    new, committed_at, message = _change(book)
+    row = _watch("event (outbox, rq worker)", read, new, committed_at)
+    # The fresh value must have come from the worker's bump, not from a lifetime.
+    wait_until(
+        lambda: _invalidated(message),
+        what="the cache_invalidation delivery",
+        timeout=30,
+        system=system,
+    )
+    return row
+
+
+def _live_version(book: int) -> list[Cell]:
+    """The application's book detail, whose key carries the book's version."""
+    from course.labs.live_store import book_key, book_key_checked
+    from library.cache.metrics import cache_redis
+    from library.cache.reads import book_detail
+
+    book_key_checked(book)
+
+    def read() -> tuple[int, bool]:
+        hit = bool(cache_redis().exists(book_key(book)))
+        found = book_detail(book_id=book)
+        if found is None:
+            raise LabError(f"live: book #{book} vanished during the run")
+        return found.book.on_shelf, hit
+
+    read()
+    new, committed_at, _ = _change(book)
+    return _watch("version (book_detail)", read, new, committed_at)
+
+
+def _catalogue_page(book: int) -> tuple[int, int]:
+    """Return the book's branch and the catalogue page that lists it."""
+    from library import selectors
+    from library.models import Book
+
+    branch = Book.objects.filter(pk=book).values_list("branch_id", flat=True).get()
+    ordered = list(
+        Book.objects.filter(branch_id=branch)
+        .order_by("title", "id")
+        .values_list("pk", flat=True)
+    )
+    return branch, ordered.index(book) // selectors.BOOKS_PER_PAGE + 1
+
+
+def _wait_quiet(book: int, system: LiveSystem) -> None:
+    """Wait until the invalidations of the book's earlier changes are done.
+
+    A bump still on its way would retire the page just stored and pass for the
+    lab's own event.
+    """
+    from course.labs.live import wait_until
+    from messaging.models import Delivery
+
+    wait_until(
+        lambda: (
+            not Delivery.objects.filter(
+                subscription=INVALIDATION_SUBSCRIPTION,
+                message__key=str(book),
+            )
+            .exclude(status=Delivery.Status.DONE)
+            .exists()
+        ),
+        what="earlier invalidations of the book",
+        timeout=30,
+        system=system,
+    )
+    wait_until(
+        lambda: not _unrelayed(book),
+        what="the relay of earlier changes",
+        timeout=30,
+        system=system,
+    )
+
+
+def _unrelayed(book: int) -> bool:
+    """Return whether a change of the book still waits for the relay."""
+    from messaging.models import OutboxMessage
+
+    return bool(
+        OutboxMessage.objects.filter(key=str(book), relayed_at__isnull=True).exists()
+    )
+
+
+def live(params: Params, progress: Progress) -> Tables:
+    """Change one real book and watch three real read paths catch up.
+
+    One real rq worker process (``manage.py rqworker messaging``) runs the outbox.
+    For each path the value is read once (stored), the book gains a copy through
+    ``library.services.stock_correct`` (version bump and outbox message in the
+    change's transaction), and the path is read every 10 ms until it serves the new
+    count, then five more times. Counted from the commit on:
+
+    - ``time (lifetime=1 s)`` — a lab entry (``cache_aside``, one-second lifetime)
+      that nothing else retires: stale until Redis expires it;
+    - ``event (outbox, rq worker)`` — the branch's catalogue page
+      (``library.cache.reads.branch_books_page``): stale until the worker's
+      ``cache_invalidation`` delivery bumps the branch's generation;
+    - ``version (book_detail)`` — ``library.cache.reads.book_detail``: the change
+      moved the version in the key, so the first read after the commit misses and
+      is already fresh.
+
+    ``delay_ms`` is commit to first fresh read (machine-dependent; 10 ms read
+    spacing). The book (the catalogue's first) gets its shelf count back at the end.
+    """
+    from course.labs.live import live_step, live_system, new_run_id
+    from course.labs.live_store import run_keys, shelves_restored
+    from library.models import Book
+
+    book = Book.objects.order_by("pk").values_list("pk", flat=True).first()
+    if book is None:
+        raise LabError("live: the database has no book (manage.py seed_library)")
+    branch, page = _catalogue_page(book)
+    run = new_run_id()
+    rows: list[list[Cell]] = []
+    with (
+        live_system(run=run, progress=progress, workers=1) as system,
+        run_keys(run),
+        shelves_restored([book]),
+    ):
+        live_step(progress, 0.3, "time: an entry only its lifetime retires")
+        rows.append(_live_time(run, book))
+        live_step(progress, 0.6, "event: the outbox and a real rq worker")
+        _wait_quiet(book, system)
+        rows.append(_live_event(book, branch, page, system))
+        live_step(progress, 0.85, "version: book_detail's key")
+        rows.append(_live_version(book))
+    return {"live_invalidation": table(LIVE_COLUMNS, rows)}
+
+
 LAB = Lab(
     slug="invalidation",
     title="Invalidation",
@@ -247,6 +528,7 @@ LAB = Lab(
         ),
     ),
     model=model,
+    live=live,
     charts=(
         Chart(
             table="invalidation",

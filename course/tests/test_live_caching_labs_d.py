@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from course.labs import cache_strategies
+from course.labs import cache_strategies, invalidation
 from course.labs import live as harness
 from course.labs.base import Lab, Tables
 from library.models import Book, Branch
@@ -98,4 +98,48 @@ def test_cache_strategies_live_refuses_a_catalogue_without_its_books(redis_clien
     with pytest.raises(LabError, match="no book #7"):
         live_tables(cache_strategies.LAB)
     assert shelves() == dict.fromkeys(range(1, 7), 5)
+    assert harness._children(os.getpid()) == []
+
+
+def test_invalidation_live_lifetime_waits_event_follows_the_worker_version_never_stale(
+    redis_client,
+):
+    from library.cache.reads import LIST, branch_tenant
+    from library.cache.store import generation_get
+    from messaging.models import Delivery
+
+    make_catalogue(8)
+    before = shelves()
+
+    tables = live_tables(invalidation.LAB)
+
+    assert tables["live_invalidation"]["columns"] == [
+        "invalidation", "reads", "hits", "misses", "stale", "delay_ms",
+    ]  # fmt: skip
+    by_label = {row[0]: row[1:] for row in rows(tables, "live_invalidation")}
+    assert list(by_label) == [
+        "time (lifetime=1 s)",
+        "event (outbox, rq worker)",
+        "version (book_detail)",
+    ]
+    after_fresh = invalidation.LIVE_READS_AFTER_FRESH
+    for reads, hits, misses, stale, delay_ms in by_label.values():
+        # Every read before the first fresh one was stale; once fresh, it stays so.
+        assert reads == stale + 1 + after_fresh
+        assert misses == 1  # the reload that brought the new count
+        assert hits == reads - 1
+        assert delay_ms is not None
+    time_row, event_row, version_row = by_label.values()
+    # The entry was stored just before the change and lives one second.
+    assert time_row[3] > 0
+    assert time_row[4] >= 500
+    assert version_row[3] == 0  # the version moved the key: never stale
+    assert event_row[4] < time_row[4]
+    # The worker's delivery retired the page: the branch's generation moved.
+    book_branch = Book.objects.get(pk=1).branch_id
+    assert generation_get(LIST.namespace, branch_tenant(book_branch)) > 1
+    invalidations = Delivery.objects.filter(subscription="cache_invalidation")
+    assert invalidations.filter(status=Delivery.Status.DONE).count() >= 2
+    assert shelves() == before
+    assert lab_keys(redis_client) == []
     assert harness._children(os.getpid()) == []
