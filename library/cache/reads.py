@@ -62,6 +62,7 @@ __all__ = [
     "book_detail",
     "branch_books_page",
     "branch_page",
+    "branch_stock_list",
     "branch_tenant",
     "change_invalidate",
     "member_history_page",
@@ -366,6 +367,49 @@ def branch_books_page(
     rows = [Book(branch_id=branch.pk, **row) for row in value["rows"]]
     per_page = selectors.BOOKS_PER_PAGE
     return branch, _page(rows, value["count"], value["number"], per_page)
+
+
+def _stock_list_origin(branch_id: int) -> dict[str, Any]:
+    branch = selectors.branch_get(branch_id=branch_id)
+    if branch is None:
+        raise _Absent
+    books = list(
+        Book.objects.filter(branch_id=branch_id)
+        .order_by("title", "id")
+        .values("id", "title", "author", "on_shelf")
+    )
+    return {
+        "branch": branch.pk,
+        "name": branch.name,
+        "titles": len(books),
+        "on_shelf": sum(b["on_shelf"] for b in books),
+        "books": books,
+    }
+
+
+def branch_stock_list(*, branch_id: int) -> dict[str, Any] | None:
+    """Return every book of a branch with its shelf count (the JSON stock list).
+
+    The whole list is one entry under the branch's list generation, so the change
+    that retires the catalogue pages retires it too.
+    """
+    tenant = branch_tenant(branch_id)
+    key = LIST.key(
+        tenant=tenant,
+        generation=generation_get(LIST.namespace, tenant),
+        criteria={"all": 1},
+    )
+    try:
+        value: dict[str, Any] = cache_aside(
+            key=key,
+            namespace=LIST.namespace,
+            produce=lambda: _stock_list_origin(branch_id),
+            lifetime_s=LIST_LIFETIME_S,
+            jitter_s=LIST_JITTER_S,
+        )
+    except _Absent:
+        return None
+    return value
 
 
 # --- a member's own history (cache-aside under the member's generation) ---------------

@@ -1,0 +1,278 @@
+"""The page tier: whole anonymous responses kept in Redis, served before the view runs.
+
+The data tier (``library.cache.reads``) saves the origin's queries, but a request that
+hits it still crosses the session, CSRF, auth and message middleware, runs the view
+and renders the template: most of a request's time on this stack. The page tier keeps
+the finished response of the public pages, so a hit costs a URL match, one or two
+Redis reads and a copy of the bytes. It sits in the middleware list right after
+WhiteNoise, so the security headers are still added on the way out.
+
+Only what a shared cache may hold goes in, and only for visitors who share it:
+
+- the request is a GET with no session and no messages cookie (a signed-in page names
+  its user and carries a CSRF token; a flash message is one person's);
+- the response is a 200 with ``public`` in its Cache-Control, sets no cookie and
+  holds no CSRF token (checked on the bytes, so a template change cannot slip one in);
+- the route is listed in ``PAGES`` below, with a key built by the key generator: the
+  branch is the tenant, and the key carries what retires the page (the branch's
+  list or search generation, or the book's version), plus the full path and query
+  as the criteria, because the body echoes them (search box, pagination links).
+
+A hit answers 304 by itself when the client's ``If-None-Match`` matches the stored
+ETag: validators are checked before any body is touched. The stored headers are the
+view's own (ETag, Last-Modified, Cache-Control, Vary, X-Frame-Options, ...), so a
+hit and a miss are indistinguishable to the client apart from ``X-Page-Cache``.
+
+Page lifetimes never exceed their data's (list pages: seconds to minutes), and the
+hottest page kind (a branch's first catalogue page) is split into ``HOT_COPIES``
+copies, each a key of its own, read at random, so one key's traffic is spread the
+way a cluster spreads it over shards.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any, Final, cast
+
+import redis
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, HttpResponseNotModified
+from django.urls import Resolver404, resolve
+from django.utils.http import parse_http_date_safe
+
+from library.cache import http, reads
+from library.cache.keys import KeySpec
+from library.cache.metrics import (
+    cache_redis,
+    metrics_record,
+    redis_failed,
+    redis_usable,
+)
+from library.cache.reads import LIST, SEARCH
+from library.cache.store import cache_enabled, generation_get
+from library.cache.ttl import lifetime_with_jitter
+from library.models import Book
+
+__all__ = [
+    "HOT_COPIES",
+    "PAGE",
+    "PAGES",
+    "PageCacheMiddleware",
+    "page_key",
+]
+
+log = logging.getLogger(__name__)
+
+PAGE: Final = KeySpec(namespace="page", operation="http")
+HOT_COPIES: Final = 4
+# Headers not stored: per-response (Date, Content-Length) or per-visitor (cookies).
+_SKIPPED: Final = frozenset({"date", "content-length", "set-cookie", "x-page-cache"})
+_CSRF_FIELD: Final = b'name="csrfmiddlewaretoken"'
+_rng = random.Random()
+
+
+@dataclass(frozen=True)
+class PageKind:
+    """How one route's anonymous page is keyed and how long it lives."""
+
+    # (request, view kwargs) -> key, or None when the page cannot be keyed (no row).
+    key: Callable[[HttpRequest, dict[str, Any]], str | None]
+    lifetime_s: int
+    jitter_s: int
+    copies: Callable[[HttpRequest], int] = lambda request: 1
+
+
+def _full_path(request: HttpRequest) -> str:
+    return request.get_full_path()
+
+
+def _catalogue_key(request: HttpRequest, kwargs: dict[str, Any]) -> str:
+    branch_id = int(kwargs["branch_id"])
+    tenant = reads.branch_tenant(branch_id)
+    spec = SEARCH if request.GET.get("q") else LIST
+    return PAGE.key(
+        tenant=tenant,
+        generation=generation_get(spec.namespace, tenant),
+        criteria={"view": "branch-books", "path": _full_path(request)},
+    )
+
+
+def _stock_list_key(request: HttpRequest, kwargs: dict[str, Any]) -> str:
+    tenant = reads.branch_tenant(int(kwargs["branch_id"]))
+    return PAGE.key(
+        tenant=tenant,
+        generation=generation_get(LIST.namespace, tenant),
+        criteria={"view": "branch-stock", "path": _full_path(request)},
+    )
+
+
+def _book_key(request: HttpRequest, kwargs: dict[str, Any]) -> str | None:
+    # The version is read from the database, as the data tier does: it is bumped in
+    # the change's own transaction, so the key can never name an older page.
+    current = (
+        Book.objects.filter(pk=int(kwargs["book_id"]))
+        .values_list("branch_id", "version", "updated_at")
+        .first()
+    )
+    if current is None:
+        return None
+    branch_id, version, updated_at = current
+    return PAGE.key(
+        tenant=reads.branch_tenant(branch_id),
+        criteria={
+            "view": "book-detail",
+            "v": version,
+            "u": int(updated_at.timestamp() * 1_000_000),
+            "path": _full_path(request),
+        },
+    )
+
+
+def _first_catalogue_page(request: HttpRequest) -> int:
+    # Every visitor of a branch lands on its first, unsearched page: the hot key.
+    plain = not request.GET or (
+        set(request.GET) == {"page"} and request.GET["page"] == "1"
+    )
+    return HOT_COPIES if plain else 1
+
+
+PAGES: Final[dict[str, PageKind]] = {
+    "branch-books": PageKind(
+        key=_catalogue_key, lifetime_s=60, jitter_s=15, copies=_first_catalogue_page
+    ),
+    "branch-stock": PageKind(key=_stock_list_key, lifetime_s=60, jitter_s=15),
+    "book-detail": PageKind(key=_book_key, lifetime_s=600, jitter_s=120),
+}
+
+
+def page_key(request: HttpRequest) -> tuple[str, PageKind] | None:
+    """Return the page tier's key for this request, or None when it must not be used."""
+    if request.method != "GET":
+        return None
+    cookies = request.COOKIES
+    if settings.SESSION_COOKIE_NAME in cookies or "messages" in cookies:
+        return None
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return None
+    kind = PAGES.get(match.url_name or "")
+    if kind is None:
+        return None
+    key = kind.key(request, match.kwargs)
+    if key is None:
+        return None
+    copies = kind.copies(request)
+    if copies > 1:
+        key = f"{key}#c{_rng.randrange(copies)}"
+    return key, kind
+
+
+# --- the stored form ---------------------------------------------------------------
+
+
+def _pack(response: HttpResponse) -> bytes:
+    headers = [
+        [name, value]
+        for name, value in response.items()
+        if name.lower() not in _SKIPPED
+    ]
+    head = json.dumps({"h": headers}, separators=(",", ":")).encode()
+    return head + b"\n" + response.content
+
+
+def _unpack(data: bytes) -> tuple[list[list[str]], bytes]:
+    head, _, body = data.partition(b"\n")
+    headers: list[list[str]] = json.loads(head)["h"]
+    return headers, body
+
+
+def _storable(response: HttpResponse) -> bool:
+    cache_control = response.get("Cache-Control", "")
+    return (
+        response.status_code == 200
+        and not response.streaming
+        and "public" in [p.strip() for p in cache_control.split(",")]
+        and not response.cookies
+        and _CSRF_FIELD not in response.content
+    )
+
+
+def _last_modified(stored: dict[str, str]) -> datetime.datetime | None:
+    seconds = parse_http_date_safe(stored.get("last-modified", ""))
+    return None if seconds is None else datetime.datetime.fromtimestamp(seconds, UTC)
+
+
+def _answer(request: HttpRequest, data: bytes) -> HttpResponse:
+    headers, body = _unpack(data)
+    stored = {name.lower(): value for name, value in headers}
+    etag = stored.get("etag")
+    if http.is_not_modified(request.headers, etag, _last_modified(stored)):
+        not_modified = HttpResponseNotModified()
+        for name, value in headers:
+            if name.lower() in ("etag", "last-modified", "cache-control", "vary"):
+                not_modified[name] = value
+        not_modified["X-Page-Cache"] = "hit"
+        return not_modified
+    response = HttpResponse(body)
+    for name, value in headers:
+        response[name] = value
+    response["X-Page-Cache"] = "hit"
+    return response
+
+
+# --- the middleware ----------------------------------------------------------------
+
+
+class PageCacheMiddleware:
+    """Serve stored anonymous pages before the rest of the stack; store new ones.
+
+    A Redis failure never fails a request: the lookup is skipped and the view runs
+    (the cache's usual rule, see ``library.cache.store``).
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not cache_enabled() or not redis_usable():
+            return self.get_response(request)
+        found = page_key(request)
+        if found is None:
+            return self.get_response(request)
+        key, kind = found
+        start = time.perf_counter()
+        try:
+            data = cache_redis().get(key)
+        except redis.RedisError as error:
+            redis_failed(error, namespace=PAGE.namespace, during="page read")
+            return self.get_response(request)
+        lookup_ms = round((time.perf_counter() - start) * 1000)
+        if data is not None:
+            metrics_record(
+                PAGE.namespace, hits=1, hit_bytes=len(data), cache_ms_total=lookup_ms
+            )
+            return _answer(request, cast(bytes, data))
+        response = self.get_response(request)
+        self._store(key, kind, response)
+        response["X-Page-Cache"] = "miss"
+        return response
+
+    def _store(self, key: str, kind: PageKind, response: HttpResponse) -> None:
+        if not _storable(response):
+            return
+        data = _pack(response)
+        lifetime_ms = lifetime_with_jitter(key, kind.lifetime_s, kind.jitter_s) * 1000
+        try:
+            cache_redis().set(key, data, px=lifetime_ms)
+        except redis.RedisError as error:
+            redis_failed(error, namespace=PAGE.namespace, during="page store")
+            return
+        metrics_record(PAGE.namespace, misses=1, miss_bytes=len(data), sets=1)

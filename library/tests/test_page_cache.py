@@ -1,0 +1,166 @@
+"""The page tier: stored anonymous responses, answered before the view runs."""
+
+from __future__ import annotations
+
+import pytest
+from django.http import HttpResponse
+from django.test import Client
+from django.urls import reverse
+
+from library.cache import pages
+from library.cache.metrics import cache_redis
+from library.models import Book, Branch, Member
+from library.services import loan_issue, stock_correct
+from messaging.services import messaging_drain
+
+pytestmark = pytest.mark.django_db
+
+
+def test_second_anonymous_get_is_served_from_the_page_tier(
+    client: Client, book: Book
+) -> None:
+    # A search: one key (the plain first page is split into copies, tested below).
+    url = reverse("branch-books", args=[book.branch_id]) + "?q=Rose"
+    first = client.get(url)
+    second = client.get(url)
+    assert (first["X-Page-Cache"], second["X-Page-Cache"]) == ("miss", "hit")
+    assert first.context is not None
+    assert second.context is None
+    assert second.content == first.content
+    for header in ("ETag", "Cache-Control", "X-Frame-Options", "Content-Type"):
+        assert second[header] == first[header]
+
+
+def test_matching_if_none_match_gets_a_304_from_the_tier(
+    client: Client, book: Book
+) -> None:
+    url = reverse("book-detail", args=[book.pk])
+    etag = client.get(url)["ETag"]
+    answer = client.get(url, headers={"if-none-match": f'W/"x", {etag}'})
+    assert answer.status_code == 304
+    assert answer.content == b""
+    assert answer["X-Page-Cache"] == "hit"
+    assert answer["ETag"] == etag
+    stale = client.get(url, headers={"if-none-match": '"0000000000000000"'})
+    assert stale.status_code == 200
+    assert stale["X-Page-Cache"] == "hit"
+
+
+def test_if_modified_since_is_honoured_on_a_hit(client: Client, book: Book) -> None:
+    url = reverse("book-detail", args=[book.pk])
+    last_modified = client.get(url)["Last-Modified"]
+    answer = client.get(url, headers={"if-modified-since": last_modified})
+    assert (answer.status_code, answer["X-Page-Cache"]) == (304, "hit")
+
+
+def test_a_write_changes_the_key_so_the_new_page_is_rendered(
+    client: Client, book: Book
+) -> None:
+    url = reverse("book-detail", args=[book.pk])
+    before = client.get(url)
+    client.get(url)
+    stock_correct(book_id=book.pk, on_shelf=7)  # bumps the book's version
+    after = client.get(url)
+    assert after["X-Page-Cache"] == "miss"
+    assert after["ETag"] != before["ETag"]
+    assert after.context["detail"].book.on_shelf == 7
+
+
+def test_the_outbox_retires_a_branchs_catalogue_pages(
+    client: Client, book: Book, member: Member
+) -> None:
+    url = reverse("branch-books", args=[book.branch_id]) + "?q=Rose"
+    client.get(url)
+    loan_issue(book_id=book.pk, member_id=member.pk)
+    assert client.get(url)["X-Page-Cache"] == "hit"  # until the event is delivered
+    messaging_drain(owner="test")
+    after = client.get(url)
+    assert after["X-Page-Cache"] == "miss"
+    assert after.context["page"].object_list[0].on_shelf == 1
+
+
+def test_one_branchs_page_is_never_served_for_another(client: Client) -> None:
+    north = Branch.objects.create(name="North", city="Izmir")
+    south = Branch.objects.create(name="South", city="Bursa")
+    Book.objects.create(title="Only in the north", author="A", branch=north)
+    Book.objects.create(title="Only in the south", author="B", branch=south)
+    for _ in range(2):
+        assert (
+            b"Only in the north" in client.get(f"/branches/{north.pk}/books/").content
+        )
+        south_page = client.get(f"/branches/{south.pk}/books/").content
+        assert b"Only in the south" in south_page
+        assert b"Only in the north" not in south_page
+
+
+def test_signed_in_pages_never_use_the_tier(
+    client: Client, member_client: Client, book: Book
+) -> None:
+    url = reverse("branch-books", args=[book.branch_id])
+    client.logout()
+    Client().get(url)  # an anonymous visitor fills the tier
+    member_client.force_login(Member.objects.get().user)  # type: ignore[arg-type]
+    mine = member_client.get(url)
+    assert "X-Page-Cache" not in mine
+    assert b"ada" in mine.content  # the navigation names the reader
+    assert mine["Cache-Control"].startswith("private")
+    stored = [k for k in cache_redis().scan_iter(match="page:*") if b"ada" in k]
+    assert stored == []
+
+
+def test_a_messages_cookie_bypasses_the_tier(client: Client, book: Book) -> None:
+    url = reverse("branch-books", args=[book.branch_id])
+    client.get(url)
+    client.cookies["messages"] = "anything"
+    assert "X-Page-Cache" not in client.get(url)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["cookie", "csrf", "private", "status"],
+)
+def test_only_shareable_responses_are_storable(change: str) -> None:
+    response = HttpResponse(b"<p>page</p>")
+    response["Cache-Control"] = "public, max-age=5"
+    assert pages._storable(response)
+    if change == "cookie":
+        response.set_cookie("csrftoken", "secret")
+    elif change == "csrf":
+        response.content = b'<input name="csrfmiddlewaretoken" value="abc">'
+    elif change == "private":
+        response["Cache-Control"] = "private, max-age=5"
+    else:
+        response.status_code = 404
+    assert not pages._storable(response)
+
+
+def test_the_first_catalogue_page_is_split_into_copies(
+    client: Client, book: Book, cache_tenants_of_this_test: str
+) -> None:
+    url = reverse("branch-books", args=[book.branch_id])
+    for _ in range(40):
+        client.get(url)
+    scope = f"{cache_tenants_of_this_test}-branch-{book.branch_id}"
+    copies = {
+        k.rsplit(b"#", 1)[1] for k in cache_redis().scan_iter(match=f"page:*{scope}:*")
+    }
+    assert copies == {f"c{n}".encode() for n in range(pages.HOT_COPIES)}
+    searched = client.get(url, {"q": "rose"})
+    assert searched["X-Page-Cache"] == "miss"
+
+
+def test_stock_json_lists_every_book_and_404s_unknown_branches(
+    client: Client, branch: Branch
+) -> None:
+    Book.objects.bulk_create(
+        [
+            Book(title=f"T{n:03}", author="A", branch=branch, on_shelf=n)
+            for n in range(30)
+        ]
+    )
+    body = client.get(f"/branches/{branch.pk}/stock.json").json()
+    assert (body["titles"], body["on_shelf"]) == (30, sum(range(30)))
+    assert [b["title"] for b in body["books"]][:2] == ["T000", "T001"]
+    missing = client.get("/branches/999999/stock.json")
+    assert missing.status_code == 404
+    assert missing.json() == {"error": "no such branch"}
