@@ -1,0 +1,301 @@
+"""Real daphne processes and the servers' own cache counters, for the caching labs.
+
+``http_caching.live_server`` starts one daphne with the lab's environment. The
+cache-layers and hot-key labs need more: several instances at once, some with the
+cache switched off (``LIBRARY_CACHE=off``), and the origin calls each instance made.
+
+Origin calls are counted by the servers themselves (``library.cache.metrics``): each
+daphne buffers its counters and sends them to Redis at most ``FLUSH_INTERVAL_S``
+later, on its next recorded event. ``counters_settled`` therefore waits past that
+interval and then asks every instance for a catalogue page with a session cookie
+(so no page-level cache answers it and the view records an event in the ``list``
+namespace, which these labs never measure): that event flushes the whole buffer.
+The counters are shared by every process on the same Redis database, so traffic of
+the installation during a run is counted too; the labs read deltas around their own
+requests and say so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+from django.db import connection
+
+from course.labs.base import LabError, Progress
+from course.labs.live import live_step
+from jobs.processes import ROOT, child_environment, kill_group
+from library.cache.metrics import FLUSH_INTERVAL_S, metrics_read
+
+START_TIMEOUT_S: Final = 60.0
+# Past the servers' flush interval, so their next event sends the buffer.
+FLUSH_WAIT_S: Final = FLUSH_INTERVAL_S + 0.2
+# A day: wide enough that the window never loses the run's own minute buckets.
+WINDOW_MINUTES: Final = 24 * 60
+COUNTED: Final = (
+    "origin_calls",
+    "hits",
+    "misses",
+    "stale_served",
+    "singleflight_saved",
+    "singleflight_fallbacks",
+)
+# With DEBUG off the settings redirect plain HTTP; the lab stands where a
+# TLS-terminating proxy would.
+PROXY_HEADERS: Final = {"X-Forwarded-Proto": "https"}
+
+Counters = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class Daphne:
+    """One running daphne of the project: where it listens and how it was started."""
+
+    name: str
+    port: int
+    cache: str  # LIBRARY_CACHE of the process: "on" or "off"
+    process: subprocess.Popen[bytes]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def check(self) -> None:
+        """Raise LabError when this server has exited."""
+        code = self.process.poll()
+        if code is not None:
+            raise LabError(
+                f"live: daphne {self.name} exited with status {code}; run it by hand "
+                "to see why: python -m daphne config.asgi:application"
+            )
+
+
+def host_header(port: int) -> str:
+    """Return a Host value the server accepts: 127.0.0.1, or the first allowed name."""
+    from django.conf import settings
+
+    allowed = [h for h in settings.ALLOWED_HOSTS if h not in ("*", "")]
+    if settings.DEBUG or not allowed or "127.0.0.1" in allowed:
+        return f"127.0.0.1:{port}"
+    return allowed[0].lstrip(".")
+
+
+def request_headers(server: Daphne) -> dict[str, str]:
+    from django.conf import settings
+
+    headers = {"Host": host_header(server.port)}
+    if settings.SECURE_SSL_REDIRECT:
+        # Only then: a request marked secure also gets the CSRF Referer check, which
+        # the sign-in form of a plain-HTTP lab client would fail.
+        headers.update(PROXY_HEADERS)
+    return headers
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def daphnes(progress: Progress, caches: Sequence[str]) -> Iterator[list[Daphne]]:
+    """Start one daphne per entry of ``caches`` (its LIBRARY_CACHE); stop them all.
+
+    They start together (start-up is most of their cost) against this process's
+    database and Redis, each in a session of its own, and are stopped with their
+    process groups however the block ends.
+    """
+    if connection.in_atomic_block:
+        raise LabError("live: run the live part outside a database transaction")
+    servers: list[Daphne] = []
+    # httpx logs every request at INFO; the lab's tables already say what happened.
+    quiet = logging.getLogger("httpx")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        for index, cache in enumerate(caches, start=1):
+            port = _free_port()
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    *("-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
+                    "config.asgi:application",
+                ],
+                cwd=ROOT,
+                env=child_environment(LOG_LEVEL="WARNING", LIBRARY_CACHE=cache),
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            servers.append(Daphne(f"daphne-{index}", port, cache, process))
+        described = ", ".join(f"{s.port} (cache {s.cache})" for s in servers)
+        live_step(progress, 0.02, f"starting daphne on ports {described}")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for server in servers:
+            while not _listening(server.port):
+                server.check()
+                if time.monotonic() > deadline:
+                    raise LabError(
+                        f"live: daphne did not listen within {START_TIMEOUT_S:g} s"
+                    )
+                time.sleep(0.1)
+        yield servers
+    finally:
+        quiet.setLevel(level)
+        for server in servers:
+            kill_group(server.process, signal.SIGTERM)
+
+
+def client_for(server: Daphne, **options: object) -> httpx.Client:
+    """Return a keep-alive client of ``server`` that sends no cookies unless told."""
+    return httpx.Client(
+        base_url=server.base_url,
+        headers=request_headers(server),
+        timeout=30.0,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def counters(namespaces: Sequence[str]) -> Counters:
+    """Return the chosen counters of each namespace, summed over the last day."""
+    report = metrics_read(WINDOW_MINUTES)
+    found: Counters = {}
+    for namespace in namespaces:
+        metrics = report.get(namespace)
+        found[namespace] = {
+            name: int(metrics[name]) if metrics is not None else 0  # type: ignore[literal-required]
+            for name in COUNTED
+        }
+    return found
+
+
+def counters_settled(
+    servers: Sequence[Daphne], namespaces: Sequence[str], *, flush_path: str
+) -> Counters:
+    """Make every server flush its buffered counters, then read them.
+
+    ``flush_path`` must record an event in a namespace outside ``namespaces``.
+    """
+    from django.conf import settings
+
+    time.sleep(FLUSH_WAIT_S)
+    # A session cookie, even one naming no session, keeps a page-level cache from
+    # answering: the view runs and records its event.
+    cookie = {settings.SESSION_COOKIE_NAME: "lab-flush"}
+    for server in servers:
+        server.check()
+        with client_for(server, cookies=cookie) as client:
+            response = client.get(flush_path)
+        if response.status_code != 200:
+            raise LabError(
+                f"live: {server.name} answered {response.status_code} for {flush_path}"
+            )
+    return counters(namespaces)
+
+
+def book_keys(book_ids: Iterable[int]) -> list[str]:
+    """Return the data tier's keys of these books' pages, as its read builds them.
+
+    The key names the row's version and update time (``reads.book_detail``), so it
+    is read from the database here as there.
+    """
+    from library.cache import reads
+    from library.models import Book
+
+    rows = Book.objects.filter(pk__in=list(book_ids)).values_list(
+        "pk", "branch_id", "version", "updated_at"
+    )
+    return [
+        reads.BOOK.key(
+            tenant=reads.branch_tenant(branch_id),
+            criteria={
+                "id": book_id,
+                "v": version,
+                "u": int(updated_at.timestamp() * 1_000_000),
+            },
+        )
+        for book_id, branch_id, version, updated_at in rows
+    ]
+
+
+def page_keys(paths: Iterable[str]) -> list[str]:
+    """Return the page-level cache's keys of these anonymous pages, if it has one.
+
+    The page tier (``library.cache.pages``) keeps whole anonymous responses in front
+    of the views; its own ``page_key`` names the entry of a request. Applications
+    without that tier have nothing to retire. Only single-copy pages are covered (a
+    hot page split into copies gets a random copy suffix).
+    """
+    from django.test import RequestFactory
+
+    try:
+        tier = importlib.import_module("library.cache.pages")
+    except ImportError:
+        return []
+    key_of: Callable[[Any], tuple[str, object] | None] = tier.page_key
+    factory = RequestFactory()
+    found = (key_of(factory.get(path)) for path in paths)
+    return [entry[0] for entry in found if entry is not None]
+
+
+def server_cold(
+    *,
+    books: Iterable[int] = (),
+    branches: Iterable[int] = (),
+    members: Iterable[int] = (),
+) -> None:
+    """Retire the server cache's entries for these pages, in one Redis round trip.
+
+    Book pages lose their data-tier and page-tier entries, branch pages their stock
+    entry; members' history generations are bumped, the retirement a loan causes.
+    """
+    from library.cache import reads
+    from library.cache.store import generations_bump
+
+    books = list(books)
+    doomed = [reads.STOCK.key(tenant=reads.branch_tenant(b)) for b in branches]
+    doomed += book_keys(books)
+    doomed += page_keys(f"/books/{book_id}/" for book_id in books)
+    histories = [(reads.HISTORY.namespace, reads.member_tenant(m)) for m in members]
+    generations_bump(histories, delete=tuple(doomed))
+
+
+def counters_delta(after: Counters, before: Counters) -> Counters:
+    return {
+        namespace: {
+            name: value - before[namespace][name] for name, value in fields.items()
+        }
+        for namespace, fields in after.items()
+    }
+
+
+def total(delta: Counters, name: str) -> int:
+    """Return one counter summed over the namespaces of ``delta``."""
+    return sum(fields[name] for fields in delta.values())
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """Return the nearest-rank percentile (``share`` in [0, 100]) of ``values``."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * share // 100))
+    return ordered[int(rank) - 1]
