@@ -7,15 +7,16 @@ Where a live count does not depend on the machine, it must equal the model's.
 
 from __future__ import annotations
 
+import datetime
 import os
 from typing import Any
 
 import pytest
 
-from course.labs import cache_strategies, invalidation
+from course.labs import cache_metrics, cache_strategies, invalidation
 from course.labs import live as harness
 from course.labs.base import Lab, Tables
-from library.models import Book, Branch
+from library.models import Book, Branch, Loan, Member
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -143,3 +144,55 @@ def test_invalidation_live_lifetime_waits_event_follows_the_worker_version_never
     assert shelves() == before
     assert lab_keys(redis_client) == []
     assert harness._children(os.getpid()) == []
+
+
+def test_cache_metrics_live_counts_equal_the_model_and_history_costs_book_hits(
+    redis_client,
+):
+    make_catalogue(70)
+    joined = datetime.date(2024, 1, 1)
+    members = Member.objects.bulk_create(
+        Member(first_name=f"M{n}", last_name="Reader", registered_at=joined)
+        for n in range(1, 201)
+    )
+    Loan.objects.bulk_create(
+        Loan(
+            book_id=n % 70 + 1,
+            member=members[n % 200],
+            pickup_date=datetime.date(2024, 2, 1) + datetime.timedelta(days=n % 30),
+        )
+        for n in range(600)
+    )
+
+    tables = live_tables(cache_metrics.LAB)
+
+    # Hits, misses, evictions and origin calls, as the application's metrics
+    # counted them on the real LocalTier, are the model's.
+    assert [r[:6] for r in rows(tables, "live_capacity")] == rows(tables, "capacity")
+    assert rows(tables, "live_namespaces") == rows(tables, "namespaces")
+    assert rows(tables, "live_without_history") == rows(tables, "without_history")
+    [book_row] = [r for r in rows(tables, "live_namespaces") if r[0] == "book"]
+    full_book = book_row[4]
+    [[lean_book, lean_evictions, lean_origin]] = rows(tables, "live_without_history")
+    assert (full_book, lean_book) == (69.9, 90.7)  # history out, book ratio up
+    assert (lean_evictions, lean_origin) == (77, 449)
+    [[request_pct, byte_pct, hit_bytes, miss_bytes, origin]] = rows(
+        tables, "live_totals"
+    )
+    assert request_pct == rows(tables, "totals")[0][0] == 62.8
+    assert origin == 743
+    assert hit_bytes > 0
+    assert miss_bytes > 0
+    assert byte_pct == round(hit_bytes / (hit_bytes + miss_bytes) * 100, 1)
+    # The run's private metric namespaces are gone from the application's metrics.
+    names = {n.decode() for n in redis_client.smembers("cachemetrics:namespaces")}
+    assert not [name for name in names if name.startswith("lab-")]
+    assert not list(redis_client.scan_iter(match="cachemetrics:lab-*"))
+
+
+def test_cache_metrics_live_needs_two_hundred_members(redis_client):
+    from course.labs.base import LabError
+
+    make_catalogue(60)
+    with pytest.raises(LabError, match="needs 200 members, the database has 0"):
+        live_tables(cache_metrics.LAB)
