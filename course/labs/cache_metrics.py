@@ -15,6 +15,9 @@ from fixed rules. Its rows are derived here from the same rules instead of being
 queried from SQLite. The values matter only through their JSON size, and a derived
 row serialises to the same text as the row the lesson's query returns, in the same
 column order.
+
+The live part (``live``) runs both workloads through the application's bounded
+in-process tier and reads the counts back from its metrics.
 """
 
 from __future__ import annotations

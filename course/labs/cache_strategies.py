@@ -16,6 +16,9 @@ Model part, ported from the lesson's two experiments:
 The course keeps each origin in its own SQLite file. Here the origin is a dict of shelf
 counts that counts its reads and writes: every statement the course issues is a
 single-row read or overwrite by primary key, so a database would change no count.
+
+The live part (``live``) runs the same workload and race on the real Redis and
+the real book rows.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def test_invalidation_live_lifetime_waits_event_follows_the_worker_version_never
     time_row, event_row, version_row = by_label.values()
     # The entry was stored just before the change and lives one second.
     assert time_row[3] > 0
-    assert time_row[4] >= 500
+    assert 200 <= time_row[4] <= 1500
     assert version_row[3] == 0  # the version moved the key: never stale
     assert event_row[4] < time_row[4]
     # The worker's delivery retired the page: the branch's generation moved.
