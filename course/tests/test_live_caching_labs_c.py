@@ -75,3 +75,30 @@ def test_cache_layers_live_reaches_the_models_origin_count(redis_client):
     assert repetition_timing[1] == 600
     assert User.objects.count() == users_before  # the staff account is gone
     assert harness._children(os.getpid()) == []
+
+
+def test_hot_key_live_stampede_over_two_daphne_per_side(redis_client):
+    make_library(books=4, members=0)
+
+    tables = live_tables("hot-key-and-stampede-effect")
+
+    assert tables["live_stampede"]["columns"] == [
+        "strategy", "page", "origin_calls", "waiting_requests",
+        "stale_responses", "p50_ms",
+    ]  # fmt: skip
+    found = {row[0]: row[2:5] for row in rows(tables, "live_stampede")}
+    assert list(found) == [row[0] for row in rows(tables, "stampede")]
+    # Without the cache every one of the 100 requests goes to the origin.
+    assert found["plain"] == [100, 100, 0]
+    # Across two processes one request produces the cold page; the others that
+    # found nothing waited for it instead of querying.
+    origin, waiting, stale = found["single-flight"]
+    assert origin == 1
+    assert 1 <= waiting <= 100
+    assert stale == 0
+    # A stale entry answers at once: nobody waits, one refresh reaches the origin.
+    origin, waiting, stale = found["stale-while-revalidate"]
+    assert (origin, waiting) == (1, 0)
+    assert 1 <= stale <= 100
+    assert all(row[5] > 0 for row in rows(tables, "live_stampede"))
+    assert harness._children(os.getpid()) == []
