@@ -216,8 +216,8 @@ def _share(part: int, whole: int) -> float:
 
 LIVE_KINDS = {"book": "book", "branch": "stock", "member": "history"}  # -> namespace
 LIVE_NAMESPACES = tuple(LIVE_KINDS.values())
-# Whole anonymous pages, when the application keeps them (``library.cache.pages``):
-# a hit there is the server layer too, and it makes no origin call of its own.
+# Whole anonymous pages (``library.cache.pages``): a hit there is the server layer
+# too, and the tier makes no origin call of its own (a miss runs the view).
 PAGE_NAMESPACE = "page"
 COUNTED_NAMESPACES = (*LIVE_NAMESPACES, PAGE_NAMESPACE)
 
@@ -466,9 +466,10 @@ def live(params: Params, progress: Progress) -> Tables:
     model's when the chain's HTTP requests fit in that window (``live_server`` shows
     ``stale_served`` > 0 when they did not); the layer shares then match as well.
     Outside the origin count, the book page's server hit costs one primary-key
-    lookup of its version (the key names it), which is not an origin call. When the
-    application keeps whole anonymous pages (the ``page`` namespace), a hit there is
-    a server answer as well and ``live_server`` shows it on a row of its own.
+    lookup of its version (the key names it), which is not an origin call. The page
+    tier (whole anonymous pages, namespace ``page``) answers most repeated book
+    reads; a hit there is a server answer as well, shown on a row of its own in
+    ``live_server`` (it serves many HTTP requests of several kinds, hence no count).
     Traffic of the installation on the same Redis during the run is counted too.
     """
     from course.labs.http_caching import signed_in_staff
@@ -543,8 +544,6 @@ def live(params: Params, progress: Progress) -> Tables:
     }
     for namespace in COUNTED_NAMESPACES:
         found = chain_delta[namespace]
-        if namespace not in sent_by_namespace and not any(found.values()):
-            continue  # no page tier in this application
         server_rows.append(
             [
                 namespace,

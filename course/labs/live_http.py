@@ -17,17 +17,16 @@ requests and say so.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import httpx
 from django.db import connection
@@ -237,22 +236,18 @@ def book_keys(book_ids: Iterable[int]) -> list[str]:
 
 
 def page_keys(paths: Iterable[str]) -> list[str]:
-    """Return the page-level cache's keys of these anonymous pages, if it has one.
+    """Return the page tier's keys of these anonymous pages (``library.cache.pages``).
 
-    The page tier (``library.cache.pages``) keeps whole anonymous responses in front
-    of the views; its own ``page_key`` names the entry of a request. Applications
-    without that tier have nothing to retire. Only single-copy pages are covered (a
-    hot page split into copies gets a random copy suffix).
+    The tier keeps whole anonymous responses in front of the views; its own
+    ``page_key`` names the entry a request would use. Only single-copy pages are
+    covered: a hot page split into copies gets a random copy suffix.
     """
     from django.test import RequestFactory
 
-    try:
-        tier = importlib.import_module("library.cache.pages")
-    except ImportError:
-        return []
-    key_of: Callable[[Any], tuple[str, object] | None] = tier.page_key
+    from library.cache.pages import page_key
+
     factory = RequestFactory()
-    found = (key_of(factory.get(path)) for path in paths)
+    found = (page_key(factory.get(path)) for path in paths)
     return [entry[0] for entry in found if entry is not None]
 
 

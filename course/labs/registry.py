@@ -17,6 +17,7 @@ from course.labs import (
     http_caching,
     invalidation,
     message_queues,
+    ordering,
     poison_messages,
     rationale,
 )
@@ -34,6 +35,7 @@ _ALL: tuple[Lab, ...] = (
     rationale.LAB,
     message_queues.LAB,
     delivery_semantics.LAB,
+    ordering.LAB,
     dead_letter_queues.LAB,
     poison_messages.LAB,
 )
