@@ -19,6 +19,7 @@ from course.labs import (
     message_queues,
     ordering,
     poison_messages,
+    publish_subscribe,
     rationale,
 )
 from course.labs.base import Lab, LabError
@@ -34,6 +35,7 @@ _ALL: tuple[Lab, ...] = (
     cache_metrics.LAB,
     rationale.LAB,
     message_queues.LAB,
+    publish_subscribe.LAB,
     delivery_semantics.LAB,
     ordering.LAB,
     dead_letter_queues.LAB,
