@@ -21,6 +21,7 @@ from course.labs import (
     poison_messages,
     publish_subscribe,
     rationale,
+    streams_vs_queues,
 )
 from course.labs.base import Lab, LabError
 from course.lessons import lesson_get
@@ -36,6 +37,7 @@ _ALL: tuple[Lab, ...] = (
     rationale.LAB,
     message_queues.LAB,
     publish_subscribe.LAB,
+    streams_vs_queues.LAB,
     delivery_semantics.LAB,
     ordering.LAB,
     dead_letter_queues.LAB,
