@@ -14,9 +14,12 @@ Only what a shared cache may hold goes in, and only for visitors who share it:
 - the response is a 200 with ``public`` in its Cache-Control, sets no cookie and
   holds no CSRF token (checked on the bytes, so a template change cannot slip one in);
 - the route is listed in ``PAGES`` below, with a key built by the key generator: the
-  branch is the tenant, and the key carries what retires the page (the branch's
-  list or search generation, or the book's version), plus the full path and query
-  as the criteria, because the body echoes them (search box, pagination links).
+  branch is the tenant, and the full path and query are the criteria, because the
+  body echoes them (search box, pagination links). What retires the page is either
+  in the key (a book page names the book's version) or stamped in the entry: a
+  catalogue page records the branch's list or search generation it was rendered
+  under, and the lookup reads the page and the current generation in one MGET, so
+  a hit costs one Redis round trip and a bumped generation turns it into a miss.
 
 A hit answers 304 by itself when the client's ``If-None-Match`` matches the stored
 ETag: validators are checked before any body is touched. The stored headers are the
@@ -39,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 import redis
 from django.conf import settings
@@ -56,7 +59,7 @@ from library.cache.metrics import (
     redis_usable,
 )
 from library.cache.reads import LIST, SEARCH
-from library.cache.store import cache_enabled, generation_get
+from library.cache.store import cache_enabled, generation_key
 from library.cache.ttl import lifetime_with_jitter
 from library.models import Book
 
@@ -70,7 +73,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PAGE: Final = KeySpec(namespace="page", operation="http")
+PAGE: Final = KeySpec(namespace="page", operation="http", schema_version=2)
 HOT_COPIES: Final = 4
 # Headers not stored: per-response (Date, Content-Length) or per-visitor (cookies).
 _SKIPPED: Final = frozenset({"date", "content-length", "set-cookie", "x-page-cache"})
@@ -82,8 +85,10 @@ _rng = random.Random()
 class PageKind:
     """How one route's anonymous page is keyed and how long it lives."""
 
-    # (request, view kwargs) -> key, or None when the page cannot be keyed (no row).
-    key: Callable[[HttpRequest, dict[str, Any]], str | None]
+    # (request, view kwargs) -> (key, dependency), or None when the page cannot be
+    # keyed (no such row). The dependency is the Redis key of a generation counter
+    # the page was rendered under, or None when the key itself names the version.
+    key: Callable[[HttpRequest, dict[str, Any]], tuple[str, str | None] | None]
     lifetime_s: int
     jitter_s: int
     copies: Callable[[HttpRequest], int] = lambda request: 1
@@ -93,27 +98,30 @@ def _full_path(request: HttpRequest) -> str:
     return request.get_full_path()
 
 
-def _catalogue_key(request: HttpRequest, kwargs: dict[str, Any]) -> str:
-    branch_id = int(kwargs["branch_id"])
-    tenant = reads.branch_tenant(branch_id)
-    spec = SEARCH if request.GET.get("q") else LIST
-    return PAGE.key(
-        tenant=tenant,
-        generation=generation_get(spec.namespace, tenant),
-        criteria={"view": "branch-books", "path": _full_path(request)},
-    )
-
-
-def _stock_list_key(request: HttpRequest, kwargs: dict[str, Any]) -> str:
+def _catalogue_key(
+    request: HttpRequest, kwargs: dict[str, Any]
+) -> tuple[str, str | None]:
     tenant = reads.branch_tenant(int(kwargs["branch_id"]))
-    return PAGE.key(
-        tenant=tenant,
-        generation=generation_get(LIST.namespace, tenant),
-        criteria={"view": "branch-stock", "path": _full_path(request)},
+    spec = SEARCH if request.GET.get("q") else LIST
+    key = PAGE.key(
+        tenant=tenant, criteria={"view": "branch-books", "path": _full_path(request)}
     )
+    return key, generation_key(spec.namespace, tenant)
 
 
-def _book_key(request: HttpRequest, kwargs: dict[str, Any]) -> str | None:
+def _stock_list_key(
+    request: HttpRequest, kwargs: dict[str, Any]
+) -> tuple[str, str | None]:
+    tenant = reads.branch_tenant(int(kwargs["branch_id"]))
+    key = PAGE.key(
+        tenant=tenant, criteria={"view": "branch-stock", "path": _full_path(request)}
+    )
+    return key, generation_key(LIST.namespace, tenant)
+
+
+def _book_key(
+    request: HttpRequest, kwargs: dict[str, Any]
+) -> tuple[str, str | None] | None:
     # The version is read from the database, as the data tier does: it is bumped in
     # the change's own transaction, so the key can never name an older page.
     current = (
@@ -124,7 +132,7 @@ def _book_key(request: HttpRequest, kwargs: dict[str, Any]) -> str | None:
     if current is None:
         return None
     branch_id, version, updated_at = current
-    return PAGE.key(
+    key = PAGE.key(
         tenant=reads.branch_tenant(branch_id),
         criteria={
             "view": "book-detail",
@@ -133,6 +141,7 @@ def _book_key(request: HttpRequest, kwargs: dict[str, Any]) -> str | None:
             "path": _full_path(request),
         },
     )
+    return key, None
 
 
 def _first_catalogue_page(request: HttpRequest) -> int:
@@ -152,8 +161,14 @@ PAGES: Final[dict[str, PageKind]] = {
 }
 
 
-def page_key(request: HttpRequest) -> tuple[str, PageKind] | None:
-    """Return the page tier's key for this request, or None when it must not be used."""
+class PageLookup(NamedTuple):
+    key: str
+    kind: PageKind
+    dependency: str | None
+
+
+def page_key(request: HttpRequest) -> PageLookup | None:
+    """Return where the page tier keeps this request's page, or None: do not use it."""
     if request.method != "GET":
         return None
     cookies = request.COOKIES
@@ -166,32 +181,42 @@ def page_key(request: HttpRequest) -> tuple[str, PageKind] | None:
     kind = PAGES.get(match.url_name or "")
     if kind is None:
         return None
-    key = kind.key(request, match.kwargs)
-    if key is None:
+    keyed = kind.key(request, match.kwargs)
+    if keyed is None:
         return None
+    key, dependency = keyed
     copies = kind.copies(request)
     if copies > 1:
         key = f"{key}#c{_rng.randrange(copies)}"
-    return key, kind
+    return PageLookup(key, kind, dependency)
 
 
 # --- the stored form ---------------------------------------------------------------
 
 
-def _pack(response: HttpResponse) -> bytes:
+def _pack(response: HttpResponse, generation: int) -> bytes:
     headers = [
         [name, value]
         for name, value in response.items()
         if name.lower() not in _SKIPPED
     ]
-    head = json.dumps({"h": headers}, separators=(",", ":")).encode()
-    return head + b"\n" + response.content
+    head = json.dumps({"g": generation, "h": headers}, separators=(",", ":"))
+    return head.encode() + b"\n" + response.content
 
 
-def _unpack(data: bytes) -> tuple[list[list[str]], bytes]:
+def _unpack(data: bytes) -> tuple[int, list[list[str]], bytes] | None:
+    """Return the stored generation, headers and body; None for a damaged entry."""
     head, _, body = data.partition(b"\n")
-    headers: list[list[str]] = json.loads(head)["h"]
-    return headers, body
+    try:
+        fields = json.loads(head)
+        return int(fields["g"]), fields["h"], body
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _generation(raw: object) -> int:
+    # A counter that was never bumped stands at 1 (library.cache.store).
+    return 1 if raw is None else int(cast(bytes, raw))
 
 
 def _storable(response: HttpResponse) -> bool:
@@ -210,8 +235,9 @@ def _last_modified(stored: dict[str, str]) -> datetime.datetime | None:
     return None if seconds is None else datetime.datetime.fromtimestamp(seconds, UTC)
 
 
-def _answer(request: HttpRequest, data: bytes) -> HttpResponse:
-    headers, body = _unpack(data)
+def _answer(
+    request: HttpRequest, headers: list[list[str]], body: bytes
+) -> HttpResponse:
     stored = {name.lower(): value for name, value in headers}
     etag = stored.get("etag")
     if http.is_not_modified(request.headers, etag, _last_modified(stored)):
@@ -244,34 +270,54 @@ class PageCacheMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not cache_enabled() or not redis_usable():
             return self.get_response(request)
-        found = page_key(request)
-        if found is None:
+        lookup = page_key(request)
+        if lookup is None:
             return self.get_response(request)
-        key, kind = found
         start = time.perf_counter()
         try:
-            data = cache_redis().get(key)
+            # The page and the generation it depends on, in one round trip.
+            data, raw_generation = cache_redis().mget(
+                [lookup.key, lookup.dependency or lookup.key]
+            )
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page read")
             return self.get_response(request)
+        generation = _generation(raw_generation) if lookup.dependency else 0
         lookup_ms = round((time.perf_counter() - start) * 1000)
         if data is not None:
-            metrics_record(
-                PAGE.namespace, hits=1, hit_bytes=len(data), cache_ms_total=lookup_ms
-            )
-            return _answer(request, cast(bytes, data))
+            entry = _unpack(cast(bytes, data))
+            if entry is not None and entry[0] == generation:
+                _, headers, body = entry
+                metrics_record(
+                    PAGE.namespace,
+                    hits=1,
+                    hit_bytes=len(cast(bytes, data)),
+                    cache_ms_total=lookup_ms,
+                )
+                return _answer(request, headers, body)
         response = self.get_response(request)
-        self._store(key, kind, response)
+        self._store(lookup, generation, response)
         response["X-Page-Cache"] = "miss"
         return response
 
-    def _store(self, key: str, kind: PageKind, response: HttpResponse) -> None:
+    def _store(
+        self, lookup: PageLookup, generation: int, response: HttpResponse
+    ) -> None:
+        """Keep the page, stamped with the generation read before the view ran.
+
+        Stamping the earlier reading is what makes a race harmless: if a bump lands
+        while the view renders, the page is stored under the old generation and the
+        next reader, seeing the new one, treats it as a miss.
+        """
         if not _storable(response):
             return
-        data = _pack(response)
-        lifetime_ms = lifetime_with_jitter(key, kind.lifetime_s, kind.jitter_s) * 1000
+        data = _pack(response, generation)
+        kind = lookup.kind
+        lifetime_ms = (
+            lifetime_with_jitter(lookup.key, kind.lifetime_s, kind.jitter_s) * 1000
+        )
         try:
-            cache_redis().set(key, data, px=lifetime_ms)
+            cache_redis().set(lookup.key, data, px=lifetime_ms)
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page store")
             return
