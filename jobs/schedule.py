@@ -32,6 +32,12 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
         inline=True,
     ),
     PeriodicTask(
+        name="messaging_trim",
+        func="messaging.tasks.trim",
+        every=datetime.timedelta(minutes=10),
+        queue="messaging",
+    ),
+    PeriodicTask(
         name="jobstatus_prune",
         func="jobs.tasks.jobstatus_prune",
         every=datetime.timedelta(hours=1),

@@ -149,3 +149,45 @@ class BranchStock(models.Model):
 
     def __str__(self) -> str:
         return f"{self.branch_id}: {self.on_shelf_total} on shelf"
+
+
+class StockProjection(models.Model):
+    """Each book's shelf count as the outbox log tells it: the stream's projection.
+
+    Built only from message bodies by the ``stock_projection`` stream consumer, so it
+    can be dropped and rebuilt by replaying the log; it must then equal the books.
+    """
+
+    book_id = models.BigIntegerField(primary_key=True)
+    branch_id = models.BigIntegerField(db_index=True)
+    on_shelf = models.IntegerField()
+    book_version = models.PositiveIntegerField()
+    offset = models.BigIntegerField()  # the message that set these values
+
+    class Meta:
+        ordering = ["book_id"]
+
+    def __str__(self) -> str:
+        return f"book {self.book_id}: {self.on_shelf} (v{self.book_version})"
+
+
+class BookLedger(models.Model):
+    """Every change of a book in the order the ``book_ledger`` subscription saw it.
+
+    ``in_order`` is False when an entry arrived after one with a higher book version:
+    the in-key inversion that partitioning by book id exists to prevent.
+    """
+
+    book_id = models.BigIntegerField()
+    message_id = models.BigIntegerField(unique=True)
+    book_version = models.PositiveIntegerField()
+    kind = models.CharField(max_length=40)
+    in_order = models.BooleanField(default=True)
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["book_id", "id"], name="ledger_book")]
+
+    def __str__(self) -> str:
+        return f"book {self.book_id} v{self.book_version} ({self.kind})"

@@ -16,7 +16,14 @@ from django.db import transaction
 from django.db.models import Count, Sum
 
 from library.cache import reads
-from library.models import Book, Branch, BranchStock, Notification
+from library.models import (
+    Book,
+    BookLedger,
+    Branch,
+    BranchStock,
+    Notification,
+    StockProjection,
+)
 from messaging.models import OutboxMessage
 from messaging.registry import MessageType
 
@@ -164,3 +171,57 @@ def invalidate_caches(message: OutboxMessage) -> None:
     if message.type in (MessageType.LOAN_ISSUED, MessageType.RETURN_RECEIVED):
         member_id = _field(message.body, "member_id")
     reads.change_invalidate(_field(message.body, "branch_id"), member_id)
+
+
+# --- ordered and stream consumers --------------------------------------------------
+
+
+def ledger_append(message: OutboxMessage) -> None:
+    """Record the book's change in the ledger, noting whether it arrived in order.
+
+    Runs in the ``book_ledger`` subscription, partitioned by book id: all of a
+    book's messages go to one partition, processed by one worker at a time in offset
+    order, so a version should always follow a lower one.
+    """
+    book_id = _field(message.body, "book_id")
+    version = _field(message.body, "book_version")
+    newest = (
+        BookLedger.objects.filter(book_id=book_id)
+        .order_by("-book_version")
+        .values_list("book_version", flat=True)
+        .first()
+    )
+    BookLedger.objects.create(
+        book_id=book_id,
+        message_id=message.pk,
+        book_version=version,
+        kind=message.type,
+        in_order=newest is None or newest < version,
+    )
+
+
+def stock_project(message: OutboxMessage) -> None:
+    """Apply one message to the stock projection; an older version never wins.
+
+    Every library message carries the book's shelf count and version after the
+    change, so the projection needs nothing but the log, and replaying a message it
+    already reflects changes nothing.
+    """
+    book_id = _field(message.body, "book_id")
+    version = _field(message.body, "book_version")
+    values = {
+        "branch_id": _field(message.body, "branch_id"),
+        "on_shelf": _field(message.body, "on_shelf"),
+        "book_version": version,
+        "offset": message.pk,
+    }
+    updated = StockProjection.objects.filter(
+        book_id=book_id, book_version__lt=version
+    ).update(**values)
+    if not updated and not StockProjection.objects.filter(book_id=book_id).exists():
+        StockProjection.objects.create(book_id=book_id, **values)
+
+
+def stock_projection_reset() -> None:
+    """Empty the projection before a replay rebuilds it from the log."""
+    StockProjection.objects.all().delete()

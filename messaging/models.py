@@ -64,6 +64,8 @@ class Delivery(models.Model):
     last_failed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     done_at = models.DateTimeField(null=True, blank=True)
+    # Set for a partitioned (ordered) subscription: hash of the message key.
+    partition = models.PositiveSmallIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
@@ -82,6 +84,12 @@ class Delivery(models.Model):
                 name="delivery_pending_due",
             ),
             models.Index(fields=["subscription", "status"], name="delivery_sub_status"),
+            # A partition's head: its oldest pending delivery.
+            models.Index(
+                fields=["subscription", "partition", "message"],
+                condition=models.Q(status="pending", partition__isnull=False),
+                name="delivery_partition_head",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -158,3 +166,90 @@ class DeadLetter(models.Model):
     @property
     def is_open(self) -> bool:
         return self.redriven_at is None
+
+
+class SubscriptionState(models.Model):
+    """Whether a subscription takes copies now, and from which offset on.
+
+    A subscription sees only what is published after it starts: the relay writes its
+    copies for messages with ``id > starts_after`` while it is active. A subscription
+    the relay meets for the first time starts after the last message relayed before
+    it, so deploying a new subscription does not flood it with the past.
+    """
+
+    name = models.CharField(max_length=40, primary_key=True)
+    active = models.BooleanField(default=True)
+    starts_after = models.BigIntegerField(default=0)
+    changed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        state = "active" if self.active else "paused"
+        return f"{self.name} ({state}, after #{self.starts_after})"
+
+
+class PartitionLease(models.Model):
+    """Who processes one partition of an ordered subscription, and until when.
+
+    One worker at a time per partition is what keeps a key's messages in order; the
+    lease expires so a dead worker's partition is taken over.
+    """
+
+    subscription = models.CharField(max_length=40)
+    partition = models.PositiveSmallIntegerField()
+    owner = models.CharField(max_length=64, blank=True)
+    leased_until = models.DateTimeField(null=True, blank=True)
+    processed = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["subscription", "partition"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subscription", "partition"], name="one_lease_per_partition"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subscription}[{self.partition}]"
+
+
+class StreamConsumer(models.Model):
+    """A named reader of the outbox log: its offset, committed with its effects."""
+
+    class State(models.TextChoices):
+        OK = "ok"
+        # Its next message was trimmed away: it stops instead of skipping silently.
+        TRIMMED = "trimmed"
+        FAILING = "failing"
+
+    name = models.CharField(max_length=40, primary_key=True)
+    offset = models.BigIntegerField(default=0)  # the last message id it applied
+    state = models.CharField(max_length=8, choices=State.choices, default=State.OK)
+    last_error = models.TextField(blank=True)
+    applied_total = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+    rewound_at = models.DateTimeField(null=True, blank=True)
+    rewound_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    rewound_to = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.offset}"
+
+
+class LogRetention(models.Model):
+    """The log's trimmed prefix: one row. Offsets below ``earliest_offset`` are gone."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    earliest_offset = models.BigIntegerField(default=1)
+    trimmed_total = models.PositiveBigIntegerField(default=0)
+    last_trim_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"log from #{self.earliest_offset}"

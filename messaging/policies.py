@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,3 +28,17 @@ class Backoff:
         ``rand`` returns a float in [0, 1); passing it in keeps the policy pure.
         """
         return int(rand() * self.delay_ms(attempt))
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """Return the partition of a message key: the same key, the same partition.
+
+    A numeric key (a book id) is taken modulo the partition count, as in the
+    lesson; any other key by its CRC-32, which is stable across processes and
+    Python versions (``hash()`` of a string is salted per process).
+    """
+    if partitions < 1:
+        raise ValueError("partitions must be at least 1")
+    if key.isdigit():
+        return int(key) % partitions
+    return zlib.crc32(key.encode()) % partitions

@@ -66,3 +66,20 @@ def apply_probe(message: OutboxMessage) -> None:
         except FileNotFoundError:
             return  # the crash already happened on an earlier attempt
         _die()  # after the effect, before the commit: the effect rolls back
+
+
+def apply_slow_probe(message: OutboxMessage) -> None:
+    """The publish-subscribe lab's deliberately slow subscriber: sleep, then record."""
+    body = message.body
+    time.sleep(int(body.get("slow_ms", 0)) / 1000)
+    ProbeEffect.objects.create(
+        run=str(body["run"]), seq=int(body["seq"]), message=message, mode="lab_slow"
+    )
+
+
+def apply_late_probe(message: OutboxMessage) -> None:
+    """The publish-subscribe lab's late subscriber: records what reached it."""
+    body = message.body
+    ProbeEffect.objects.create(
+        run=str(body["run"]), seq=int(body["seq"]), message=message, mode="lab_late"
+    )

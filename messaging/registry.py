@@ -57,6 +57,36 @@ class Subscription:
     # effects the handler queued after its commits (one round trip per batch, not
     # one per message).
     after_batch: str | None = None
+    # > 0: the deliveries are split by a hash of the message key into this many
+    # partitions, each processed in offset order by one worker at a time
+    # (messaging.partitions). For effects whose correctness depends on per-key order.
+    partitions: int = 0
+    # The drain lane. Each lane is drained by rq jobs of its own, so a subscription
+    # known to be slow, given a lane of its own, never holds up the others' batches.
+    lane: str = "main"
+    # False: declared in code but takes no copies until started (admin or lab).
+    starts_active: bool = True
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A named reader of the outbox log (one copy, an offset per consumer).
+
+    ``handler(message)`` runs in the transaction that also moves the offset, so the
+    projection and the offset never disagree. ``reset()`` empties the projection
+    before a rebuild from the start of the log.
+    """
+
+    name: str
+    accepts: frozenset[MessageType]
+    handler: str
+    reset: str
+    batch: int = 200
+
+
+# Lanes drained with several jobs at once (a backlog spreads over every worker); any
+# other lane runs one drain at a time, so a slow lane holds at most one worker.
+PARALLEL_LANES = frozenset({"main"})
 
 
 LIBRARY_TYPES = frozenset(
@@ -95,6 +125,29 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
             max_attempts=10,
         ),
         Subscription(
+            name="book_ledger",
+            accepts=LIBRARY_TYPES,
+            handler="library.subscribers.ledger_append",
+            # Per-book order matters here (a version may only follow a lower one):
+            # partitioned by book id, one worker per partition.
+            partitions=4,
+            max_attempts=3,
+            backoff=Backoff(base_ms=100, cap_ms=2_000),
+        ),
+        Subscription(
+            name="lab_slow",
+            accepts=frozenset({MessageType.LAB_PROBE}),
+            handler="messaging.probes.apply_slow_probe",
+            lane="slow",
+            starts_active=False,
+        ),
+        Subscription(
+            name="lab_late",
+            accepts=frozenset({MessageType.LAB_PROBE}),
+            handler="messaging.probes.apply_late_probe",
+            starts_active=False,
+        ),
+        Subscription(
             name="lab_probe",
             accepts=frozenset({MessageType.LAB_PROBE}),
             handler="messaging.probes.apply_probe",
@@ -106,6 +159,25 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
         ),
     )
 }
+
+
+STREAM_CONSUMERS: dict[str, StreamSpec] = {
+    c.name: c
+    for c in (
+        StreamSpec(
+            name="stock_projection",
+            accepts=LIBRARY_TYPES,
+            handler="library.subscribers.stock_project",
+            reset="library.subscribers.stock_projection_reset",
+        ),
+    )
+}
+
+
+def lanes() -> list[str]:
+    """Return every drain lane, the main one first."""
+    others = sorted({s.lane for s in SUBSCRIPTIONS.values()} - {"main"})
+    return ["main", *others]
 
 
 def subscriptions_for(message_type: str) -> list[Subscription]:

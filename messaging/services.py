@@ -23,11 +23,18 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Max, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
+from messaging.models import (
+    DeadLetter,
+    Delivery,
+    OutboxMessage,
+    ProcessedMessage,
+    SubscriptionState,
+)
+from messaging.policies import partition_of
 from messaging.registry import (
     SUBSCRIPTIONS,
     MessageType,
@@ -64,7 +71,10 @@ def outbox_publish(
 def relay_pending(*, limit: int = 500) -> int:
     """Write the deliveries of messages not relayed yet; return how many messages.
 
-    Safe to run concurrently: the unique constraint makes a second copy a no-op.
+    A subscription gets a copy when its filter accepts the type, it is active and
+    the message came after it started (``SubscriptionState``): a filtered-out or
+    too-early message is never copied. Safe to run concurrently: the unique
+    constraint makes a second copy a no-op.
     """
     # Look before taking the write transaction: on SQLite (IMMEDIATE) an empty relay
     # would still take the database's write lock from the requests issuing loans.
@@ -76,17 +86,80 @@ def relay_pending(*, limit: int = 500) -> int:
         )
         if not messages:
             return 0
+        states = subscription_states()
         now = timezone.now()
         deliveries = [
-            Delivery(message=m, subscription=s.name, available_at=now)
+            Delivery(
+                message=m,
+                subscription=s.name,
+                available_at=now,
+                partition=partition_of(m.key, s.partitions) if s.partitions else None,
+            )
             for m in messages
             for s in subscriptions_for(m.type)
+            if states[s.name].takes(m.pk)
         ]
         Delivery.objects.bulk_create(deliveries, ignore_conflicts=True, batch_size=500)
         OutboxMessage.objects.filter(pk__in=[m.pk for m in messages]).update(
             relayed_at=now
         )
     return len(messages)
+
+
+@dataclass(frozen=True)
+class _State:
+    active: bool
+    starts_after: int
+
+    def takes(self, message_id: int) -> bool:
+        return self.active and message_id > self.starts_after
+
+
+def subscription_states() -> dict[str, _State]:
+    """Return each subscription's state, starting the ones seen for the first time.
+
+    A new subscription starts after the last message relayed so far: it sees what
+    is published from now on, not the history. Call inside the relay's transaction.
+    """
+    rows = {
+        row.name: _State(row.active, row.starts_after)
+        for row in SubscriptionState.objects.all()
+    }
+    missing = [s for s in SUBSCRIPTIONS.values() if s.name not in rows]
+    if missing:
+        last = (
+            OutboxMessage.objects.filter(relayed_at__isnull=False).aggregate(
+                last=Max("id")
+            )["last"]
+            or 0
+        )
+        created = [
+            SubscriptionState(name=s.name, active=s.starts_active, starts_after=last)
+            for s in missing
+        ]
+        SubscriptionState.objects.bulk_create(created, ignore_conflicts=True)
+        for state in SubscriptionState.objects.filter(
+            name__in=[s.name for s in missing]
+        ):
+            rows[state.name] = _State(state.active, state.starts_after)
+    return rows
+
+
+def subscription_start(name: str, *, active: bool = True) -> SubscriptionState:
+    """Start (or pause) a subscription: from now on it gets copies of new messages.
+
+    Starting again moves its start to the newest message: what was published while
+    it was paused is never copied to it.
+    """
+    if name not in SUBSCRIPTIONS:
+        raise KeyError(f"no subscription named {name!r}")
+    with transaction.atomic():
+        newest = OutboxMessage.objects.aggregate(last=Max("id"))["last"] or 0
+        state, _ = SubscriptionState.objects.update_or_create(
+            name=name,
+            defaults={"active": active, **({"starts_after": newest} if active else {})},
+        )
+    return state
 
 
 # --- Claim --------------------------------------------------------------------
@@ -98,8 +171,17 @@ def _due(now: datetime.datetime) -> Q:
     )
 
 
+def lane_subscriptions(lane: str) -> list[str]:
+    """Return the names of the subscriptions drained in ``lane``."""
+    return [s.name for s in SUBSCRIPTIONS.values() if s.lane == lane]
+
+
 def deliveries_claim(
-    *, owner: str, limit: int, now: datetime.datetime | None = None
+    *,
+    owner: str,
+    limit: int,
+    now: datetime.datetime | None = None,
+    lane: str = "main",
 ) -> list[Delivery]:
     """Lease up to ``limit`` due deliveries to ``owner``; count the attempt now.
 
@@ -113,7 +195,10 @@ def deliveries_claim(
     steady stream of fresh work.
     """
     now = now or timezone.now()
-    due = Delivery.objects.filter(_due(now))
+    # Partitioned deliveries are taken a partition at a time (messaging.partitions).
+    due = Delivery.objects.filter(
+        _due(now), partition__isnull=True, subscription__in=lane_subscriptions(lane)
+    )
     if connection.vendor == "postgresql":
         return _claim_skip_locked(due, owner=owner, now=now, limit=limit)
     return _claim_compare_and_set(due, owner=owner, now=now, limit=limit)
@@ -387,6 +472,7 @@ class DrainReport:
     retried: int = 0
     dead: int = 0
     lost_leases: int = 0
+    streamed: int = 0
 
     def add(self, outcome: Outcome) -> None:
         field = {
@@ -400,32 +486,49 @@ class DrainReport:
 
 
 def messaging_drain(
-    *, owner: str, batch: int = 20, budget_seconds: float = 10.0
+    *, owner: str, batch: int = 20, budget_seconds: float = 10.0, lane: str = "main"
 ) -> DrainReport:
-    """Relay and process until nothing is due or the time budget is spent.
+    """Relay and process ``lane`` until nothing is due or the time budget is spent.
 
-    One step: relay new messages, claim a batch, process it. The budget keeps one rq
-    job from holding a worker forever; the caller re-nudges when work remains.
+    One step: relay new messages, claim a batch, process it, give each partition
+    with work a turn, and (main lane) move the stream consumers on. The budget keeps
+    one rq job from holding a worker forever; the caller re-nudges when work remains.
     """
+    from messaging.partitions import partitions_drain
+    from messaging.streams import streams_advance
+
     report = DrainReport()
     started = timezone.now()
     deadline = started + datetime.timedelta(seconds=budget_seconds)
     while timezone.now() < deadline:
         report.relayed += relay_pending()
-        claimed = deliveries_claim(owner=owner, limit=batch)
-        if not claimed:
-            break
+        claimed = deliveries_claim(owner=owner, limit=batch, lane=lane)
         for outcome in deliveries_process(claimed, owner=owner):
             report.add(outcome)
+        ordered = partitions_drain(owner=owner, lane=lane, deadline=deadline)
+        for outcome in ordered:
+            report.add(outcome)
+        moved = streams_advance() if lane == "main" else 0
+        report.streamed += moved
+        if not claimed and not ordered and not moved:
+            break
     return report
 
 
-def work_remaining(now: datetime.datetime | None = None) -> bool:
-    """Return whether anything is waiting for a drain right now."""
+def work_remaining(now: datetime.datetime | None = None, *, lane: str = "main") -> bool:
+    """Return whether anything is waiting for a drain of ``lane`` right now."""
+    from messaging.partitions import partition_work
+    from messaging.streams import streams_behind
+
     now = now or timezone.now()
+    names = lane_subscriptions(lane)
     return (
         OutboxMessage.objects.filter(relayed_at__isnull=True).exists()
-        or Delivery.objects.filter(_due(now)).exists()
+        or Delivery.objects.filter(
+            _due(now), partition__isnull=True, subscription__in=names
+        ).exists()
+        or partition_work(now, lane=lane)
+        or (lane == "main" and streams_behind())
     )
 
 

@@ -11,57 +11,86 @@ import django_rq
 from django.db import close_old_connections, connection
 from redis.exceptions import RedisError
 
+from messaging.registry import PARALLEL_LANES, lanes
 from messaging.services import messaging_drain, work_remaining
+from messaging.streams import log_trim
 
 log = logging.getLogger("messaging")
 QUEUE = "messaging"
-# Set while a drain job waits in the queue; cleared when it starts. A nudge arriving
-# meanwhile is covered by that queued job, so a burst of commits queues one drain, and
-# a commit after a drain started always queues the next one.
+# Set while a lane's drain job waits in the queue; cleared when it starts. A nudge
+# arriving meanwhile is covered by that queued job, so a burst of commits queues one
+# drain, and a commit after a drain started always queues the next one.
 QUEUED_KEY = "messaging:drain-queued"
+# Held while a drain of a one-at-a-time lane runs (see registry.PARALLEL_LANES).
+RUNNING_KEY = "messaging:drain-running"
+BUDGET_SECONDS = 10.0
 
 
-def nudge_drain() -> None:
-    """Queue a drain unless one is already waiting. Runs after commit.
+def _queued_key(lane: str) -> str:
+    return QUEUED_KEY if lane == "main" else f"{QUEUED_KEY}:{lane}"
+
+
+def nudge_drain(lane: str = "main") -> None:
+    """Queue a drain of ``lane`` unless one is already waiting. Runs after commit.
 
     A Redis failure only delays the work: the scheduler's sweep nudges again.
     """
     try:
         connection = django_rq.get_connection(QUEUE)
-        if connection.set(QUEUED_KEY, "1", nx=True, ex=10):
-            django_rq.get_queue(QUEUE).enqueue(drain)
+        if connection.set(_queued_key(lane), "1", nx=True, ex=10):
+            django_rq.get_queue(QUEUE).enqueue(drain, lane=lane)
     except RedisError as error:
         log.warning("could not nudge the messaging drain (the sweep will): %s", error)
 
 
-def drain() -> dict[str, int]:
-    """Relay and process deliveries for a bounded time; re-nudge if work remains."""
-    django_rq.get_connection(QUEUE).delete(QUEUED_KEY)
+def drain(lane: str = "main") -> dict[str, int]:
+    """Relay and process one lane for a bounded time; re-nudge if work remains."""
+    redis = django_rq.get_connection(QUEUE)
+    redis.delete(_queued_key(lane))
+    parallel = lane in PARALLEL_LANES
+    running_key = f"{RUNNING_KEY}:{lane}"
+    if not parallel and not redis.set(
+        running_key, "1", nx=True, ex=int(BUDGET_SECONDS * 3)
+    ):
+        return {}  # its running drain re-nudges when it ends
     # Queue the next drain now rather than at the end, so an idle worker can join in:
     # a backlog drains on every worker at once, not on one at a time.
-    if work_remaining():
-        nudge_drain()
+    if parallel and work_remaining(lane=lane):
+        nudge_drain(lane)
     # A worker outlives many jobs (SimpleWorker) or forks them from a parent that
     # may hold a connection: start and end each drain on a connection of its own.
     if not connection.in_atomic_block:
         close_old_connections()
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     try:
-        report = messaging_drain(owner=owner)
-        if work_remaining():
-            nudge_drain()
+        report = messaging_drain(owner=owner, lane=lane, budget_seconds=BUDGET_SECONDS)
+        if not parallel:
+            redis.delete(running_key)
+        # The relay of this drain may have copied messages to other lanes.
+        for name in lanes():
+            if work_remaining(lane=name):
+                nudge_drain(name)
     finally:
+        if not parallel:
+            redis.delete(running_key)
         if not connection.in_atomic_block:
             close_old_connections()
     return vars(report)
 
 
+def trim() -> dict[str, object]:
+    """The scheduled retention of the outbox log (messaging.streams.log_trim)."""
+    return vars(log_trim())
+
+
 def sweep() -> bool:
-    """Nudge a drain when work is waiting; return whether it did.
+    """Nudge a drain of every lane with waiting work; return whether it did.
 
     Catches what a lost nudge left behind (Redis restarted, flushed, unreachable).
     """
-    if work_remaining():
-        nudge_drain()
-        return True
-    return False
+    nudged = False
+    for lane in lanes():
+        if work_remaining(lane=lane):
+            nudge_drain(lane)
+            nudged = True
+    return nudged

@@ -8,7 +8,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from library.errors import LibraryError
-from library.models import Book, BranchStock, Notification
+from library.models import Book, BookLedger, BranchStock, Notification
 from library.services import loan_issue, loan_return, stock_correct
 from messaging import registry
 from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
@@ -87,14 +87,23 @@ def test_relay_writes_one_delivery_per_accepting_subscription(library_rows):
     assert relay_pending() == 0  # nothing left, and no second copy
     subs = sorted(Delivery.objects.values_list("message__type", "subscription"))
     assert subs == [
+        ("loan_issued", "book_ledger"),
         ("loan_issued", "broadcast"),
         ("loan_issued", "cache_invalidation"),
         ("loan_issued", "notification"),
         ("loan_issued", "stock_summary"),
+        ("stock_corrected", "book_ledger"),
         ("stock_corrected", "broadcast"),
         ("stock_corrected", "cache_invalidation"),
         ("stock_corrected", "stock_summary"),
     ]
+    # The ordered subscription's copies carry their partition: book id mod 4.
+    partitions = set(
+        Delivery.objects.filter(subscription="book_ledger").values_list(
+            "message__key", "partition"
+        )
+    )
+    assert partitions == {("1", 1), ("2", 2)}
 
 
 def test_relaying_the_same_message_twice_adds_no_copy(library_rows):
@@ -104,7 +113,7 @@ def test_relaying_the_same_message_twice_adds_no_copy(library_rows):
         relayed_at=None
     )  # as if a second relay raced the first
     relay_pending()
-    assert Delivery.objects.count() == 4
+    assert Delivery.objects.count() == 5
 
 
 def test_drain_runs_every_effect_once(library_rows):
@@ -124,7 +133,10 @@ def test_attempt_is_counted_at_claim_time(library_rows):
     relay_pending()
     claimed = deliveries_claim(owner="w1", limit=10)
     assert {d.attempts for d in claimed} == {1}
-    assert set(Delivery.objects.values_list("attempts", flat=True)) == {1}
+    # Every unordered copy; the ordered one is claimed with its partition instead.
+    unordered = Delivery.objects.filter(partition__isnull=True)
+    assert set(unordered.values_list("attempts", flat=True)) == {1}
+    assert len(claimed) == unordered.count() == 4
     assert deliveries_claim(owner="w2", limit=10) == []  # leased to w1
 
 
@@ -189,7 +201,7 @@ def test_failure_is_retried_with_backoff_then_dead_lettered(
     assert letter.last_error.startswith("LookupError")
     assert letter.first_failed_at <= letter.last_failed_at
     # The other subscriptions were not held back by the broken one.
-    assert Delivery.objects.filter(status="done").count() == 3
+    assert Delivery.objects.filter(status="done").count() == 4
 
 
 def test_redrive_after_the_fix_processes_the_letter(
@@ -246,9 +258,11 @@ def test_unparseable_body_goes_to_dead_letters_and_the_rest_flow(library_rows):
         "notification",
         "stock_summary",
         "broadcast",
+        "book_ledger",  # at the head of its partition, then the partition flowed
     }
     assert all("no integer" in d.last_error for d in dead)
     assert Notification.objects.count() == 1  # the well-formed loan went through
+    assert BookLedger.objects.filter(book_id=2).count() == 1
 
 
 def test_registry_refuses_an_unhandled_type(monkeypatch):
@@ -284,11 +298,15 @@ def test_claim_that_loses_a_race_falls_back_to_row_by_row(library_rows, monkeypa
     claimed = deliveries_claim(owner="w1", limit=10)
     assert calls == [4, 4]  # the batch, rolled back, then the row-by-row pass
     assert sorted(d.pk for d in claimed) == sorted(
-        Delivery.objects.exclude(pk=taken.pk).values_list("pk", flat=True)
+        Delivery.objects.filter(partition__isnull=True)
+        .exclude(pk=taken.pk)
+        .values_list("pk", flat=True)
     )
     assert Delivery.objects.get(pk=taken.pk).lease_owner == "w0"
     assert set(
-        Delivery.objects.exclude(pk=taken.pk).values_list("attempts", flat=True)
+        Delivery.objects.filter(partition__isnull=True)
+        .exclude(pk=taken.pk)
+        .values_list("attempts", flat=True)
     ) == {1}
 
 
