@@ -69,7 +69,6 @@ def _visible_upto() -> int | None:
 
 def _consumer_locked(name: str) -> StreamConsumer | None:
     """Return the consumer's row locked for this transaction, or None if busy."""
-    StreamConsumer.objects.get_or_create(name=name)
     rows = StreamConsumer.objects.filter(name=name)
     if connection.vendor == "postgresql":
         rows = rows.select_for_update(skip_locked=True)
@@ -83,6 +82,8 @@ def stream_advance(name: str) -> int:
     message read: the consumer's position is in the log, not in its own types.
     """
     spec = STREAM_CONSUMERS[name]
+    # Outside the batch's transaction, so a failure can still be recorded on it.
+    StreamConsumer.objects.get_or_create(name=name)
     try:
         with transaction.atomic():
             consumer = _consumer_locked(name)
