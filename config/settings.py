@@ -62,10 +62,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: the pages it stores carry every header the stack below adds (the
+    # security headers too), so the ASGI front can replay them as they are. It
+    # leaves to the stack what must come first (SSL redirect, Host check).
+    "library.cache.pages.PageCacheMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    # Before sessions: a stored anonymous page is answered without the rest.
-    "library.cache.pages.PageCacheMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

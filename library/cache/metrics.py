@@ -46,6 +46,7 @@ __all__ = [
     "REDIS_TOTALS",
     "NamespaceMetrics",
     "cache_redis",
+    "metrics_buffer",
     "metrics_flush",
     "metrics_read",
     "metrics_record",
@@ -239,6 +240,19 @@ def metrics_record(namespace: str, *, now: float | None = None, **counts: int) -
         raise ValueError(f"unknown cache counters: {sorted(unknown)}")
     if _add(namespace, counts, time.time() if now is None else now):
         metrics_flush()
+
+
+def metrics_buffer(namespace: str, **counts: int) -> bool:
+    """Buffer ``counts`` without any I/O; return True when a flush is due.
+
+    For event-loop callers, which must not block on Redis: they run
+    ``metrics_flush`` in a thread when this says so.
+    """
+    _check_namespace(namespace)
+    unknown = counts.keys() - _FIELDS
+    if unknown:
+        raise ValueError(f"unknown cache counters: {sorted(unknown)}")
+    return _add(namespace, counts, time.time())
 
 
 def _bucket_key(namespace: str, minute: int) -> str:

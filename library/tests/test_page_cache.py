@@ -164,3 +164,112 @@ def test_stock_json_lists_every_book_and_404s_unknown_branches(
     missing = client.get("/branches/999999/stock.json")
     assert missing.status_code == 404
     assert missing.json() == {"error": "no such branch"}
+
+
+# --- the ASGI front -------------------------------------------------------------------
+
+
+def asgi_get(
+    path: str, *, host: str = "testserver", cookie: str = ""
+) -> tuple[int, dict[str, str], bytes]:
+    """Send one GET through the project's ASGI application, as daphne would."""
+    from asgiref.sync import async_to_sync
+    from asgiref.testing import ApplicationCommunicator
+
+    from config.asgi import application
+
+    path_only, _, query = path.partition("?")
+    headers = [(b"host", host.encode())]
+    if cookie:
+        headers.append((b"cookie", cookie.encode()))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path_only,
+        "raw_path": path_only.encode(),
+        "query_string": query.encode(),
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+
+    async def exchange() -> tuple[int, dict[str, str], bytes]:
+        communicator = ApplicationCommunicator(application, scope)
+        await communicator.send_input({"type": "http.request", "body": b""})
+        start = await communicator.receive_output(10)
+        body = b""
+        while True:
+            message = await communicator.receive_output(10)
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        names = {k.decode().lower(): v.decode() for k, v in start["headers"]}
+        return start["status"], names, body
+
+    return async_to_sync(exchange)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_asgi_front_replays_a_stored_page_with_every_header(book: Book) -> None:
+    path = f"/branches/{book.branch_id}/books/?q=Rose"
+    status, first, body = asgi_get(path)  # Django renders, the middleware stores
+    assert (status, first["x-page-cache"]) == (200, "miss")
+    status, again, replayed = asgi_get(path)
+    assert (status, again["x-page-cache"]) == (200, "hit")
+    assert replayed == body
+    for header in ("x-frame-options", "x-content-type-options", "referrer-policy"):
+        assert again[header] == first[header]
+    assert int(again["content-length"]) == len(body)
+    etag = again["etag"]
+    status, not_modified, empty = asgi_get_conditional(path, etag)
+    assert (status, empty, not_modified["etag"]) == (304, b"", etag)
+
+
+def asgi_get_conditional(path: str, etag: str) -> tuple[int, dict[str, str], bytes]:
+    from asgiref.sync import async_to_sync
+    from asgiref.testing import ApplicationCommunicator
+
+    from config.asgi import application
+
+    path_only, _, query = path.partition("?")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path_only,
+        "raw_path": path_only.encode(),
+        "query_string": query.encode(),
+        "headers": [(b"host", b"testserver"), (b"if-none-match", etag.encode())],
+    }
+
+    async def exchange() -> tuple[int, dict[str, str], bytes]:
+        communicator = ApplicationCommunicator(application, scope)
+        await communicator.send_input({"type": "http.request", "body": b""})
+        start = await communicator.receive_output(10)
+        end = await communicator.receive_output(10)
+        names = {k.decode().lower(): v.decode() for k, v in start["headers"]}
+        return start["status"], names, end.get("body", b"")
+
+    return async_to_sync(exchange)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_asgi_front_leaves_sessions_bad_hosts_and_plain_http_to_django(
+    book: Book, settings
+) -> None:
+    path = f"/branches/{book.branch_id}/books/?q=Rose"
+    asgi_get(path)
+    assert asgi_get(path)[1]["x-page-cache"] == "hit"
+    status, headers, _ = asgi_get(path, cookie=f"{settings.SESSION_COOKIE_NAME}=x")
+    assert status == 200
+    assert "x-page-cache" not in headers  # a session: never the shared copy
+    assert asgi_get(path, host="evil.example")[0] == 400
+    # With the redirect on, plain HTTP is the security middleware's to answer (it
+    # reads the setting once at start-up, so here it is only the tier stepping aside).
+    settings.SECURE_SSL_REDIRECT = True
+    assert "x-page-cache" not in asgi_get(path)[1]
