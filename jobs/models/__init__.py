@@ -1,0 +1,9 @@
+"""Durable state of background jobs, readable by any process and any page.
+
+One module per concern.
+"""
+
+from jobs.models.schedule import ScheduledTaskState
+from jobs.models.status import JobStatus
+
+__all__ = ["JobStatus", "ScheduledTaskState"]
