@@ -423,3 +423,7 @@ def cluster_query(subscription: str, last_error: str) -> str:
     return urlencode(
         {"state": "open", "subscription": subscription, "last_error": last_error}
     )
+
+
+# Last: the depth admins reuse the helpers above (subscriptions, partitions, streams).
+from messaging import admin_depth  # noqa: E402, F401
