@@ -36,7 +36,7 @@ def test_scheduler_pass_enqueues_due_tasks_once(
     def jobs_queued() -> list[str]:
         names = {t.queue for t in PERIODIC_TASKS}
         return sorted(
-            job.func_name
+            str(job.func_name)
             for name in names
             for job in django_rq.get_queue(name).jobs
             if job.func_name != "messaging.tasks.drain"
