@@ -1,0 +1,180 @@
+"""Live part of publish-subscribe, on real rq worker processes.
+
+Each test starts the lab's own ``manage.py`` workers against this test run's
+database and Redis (so the data must be committed: transaction=True).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from course.labs import live as harness
+from course.labs.base import LabError, Tables
+from course.labs.registry import lab_get
+from library.models import Book, Branch
+from messaging.models import (
+    Delivery,
+    OutboxMessage,
+    ProbeEffect,
+    SubscriptionState,
+)
+from messaging.registry import SUBSCRIPTIONS, MessageType, subscriptions_for
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+
+def live_tables(slug: str, **overrides: Any) -> Tables:
+    lab = lab_get(slug)
+    return lab.run(lab.validate(overrides), live=True)["tables"]
+
+
+def rows(tables: Tables, name: str) -> list[list[Any]]:
+    return tables[name]["rows"]
+
+
+def make_books(shelves: tuple[int, ...] = (2, 3, 1)) -> list[int]:
+    branch = Branch.objects.create(name="Central", city="C")
+    return [
+        Book.objects.create(title=f"Book {n}", author="A", branch=branch, on_shelf=s).pk
+        for n, s in enumerate(shelves)
+    ]
+
+
+def assert_no_children_left() -> None:
+    assert harness._children(os.getpid()) == []
+
+
+def names(message_type: MessageType) -> str:
+    return " ".join(sorted(s.name for s in subscriptions_for(message_type)))
+
+
+# --- publish-subscribe ---------------------------------------------------------------
+
+
+def test_publish_subscribe_live_copies_isolation_filters_and_the_late_subscriber(
+    redis_client,
+):
+    books = make_books()
+    tables = live_tables("publish-subscribe")
+
+    # Copies per publish: four probes per row, one more subscription each time.
+    assert rows(tables, "live_fan_out") == [
+        [1, 4, 4, 4, "lab_probe"],
+        [2, 4, 8, 8, "lab_probe lab_slow"],
+        [3, 4, 12, 12, "lab_probe lab_slow lab_late"],
+    ]
+    model = [row[:4] for row in rows(tables, "fan_out")[:3]]
+    assert [row[:4] for row in rows(tables, "live_fan_out")] == model
+
+    # The slow subscriber lags in its own lane, one worker at most: 150 ms a copy.
+    slow = rows(tables, "live_slow_subscriber")
+    assert [row[0] for row in slow] == [1, 2, 3, 4, 5, 6]
+    for round_no, fast, lagging, _fast_ms, elapsed_ms, unrelayed in slow:
+        for share in (fast, lagging):
+            done, pending = map(int, share.split("/"))
+            assert done + pending == 4 * round_no
+            assert pending >= unrelayed
+        slow_done = int(lagging.split("/")[0])
+        assert slow_done <= elapsed_ms // 150 + 1
+        assert elapsed_ms >= 300 * round_no
+    # 150 ms a copy, one at a time: a backlog from the first round on.
+    assert int(slow[0][2].split("/")[1]) >= 1
+    if connection.vendor == "postgresql":
+        # The isolation the lesson measures: lab_probe keeps up every round. On
+        # SQLite the slow handler's sleep holds the one write lock (see the lab).
+        assert all(row[1] == f"{4 * row[0]}/0" for row in slow)
+        assert all(row[3] is not None and row[5] == 0 for row in slow)
+    published, fast_done, slow_done, drained_ms = rows(tables, "live_slow_drained")[0]
+    assert (published, fast_done, slow_done) == (24, 24, 24)
+    assert drained_ms > 0
+
+    # Filters: a type is copied only to the subscriptions that accept it.
+    active = len(SUBSCRIPTIONS)
+    probe_copies = 4 * len(subscriptions_for(MessageType.LAB_PROBE))
+    stock_copies = 4 * len(subscriptions_for(MessageType.STOCK_CORRECTED))
+    assert rows(tables, "live_filter") == [
+        [
+            "lab_probe",
+            4,
+            active,
+            probe_copies,
+            4 * active - probe_copies,
+            names(MessageType.LAB_PROBE),
+        ],
+        [
+            "stock_corrected",
+            4,
+            active,
+            stock_copies,
+            4 * active - stock_copies,
+            names(MessageType.STOCK_CORRECTED),
+        ],
+        [
+            "all",
+            8,
+            active,
+            probe_copies + stock_copies,
+            8 * active - probe_copies - stock_copies,
+            "",
+        ],
+    ]
+    assert "notification" not in names(MessageType.STOCK_CORRECTED)
+
+    # The late subscriber: three published before it started, two after.
+    assert rows(tables, "live_late_subscriber") == [[5, 3]]
+    assert rows(tables, "live_late_subscriber") == rows(tables, "late_subscriber")
+    assert rows(tables, "live_late_subscriber_steps") == [
+        ["before lab_late starts", 3, 3, None],
+        ["after lab_late starts", 5, 5, 2],
+    ]
+    # lab_late's effects: 4 fan-out probes, 4 filter probes, 2 late ones.
+    assert ProbeEffect.objects.filter(mode="lab_late").count() == 10
+
+    # Left paused; the recounts changed versions, never shelf counts.
+    assert set(
+        SubscriptionState.objects.filter(name__in=["lab_slow", "lab_late"]).values_list(
+            "active", flat=True
+        )
+    ) == {False}
+    shelves = Book.objects.filter(pk__in=books).order_by("pk")
+    assert list(shelves.values_list("on_shelf", flat=True)) == [2, 3, 1]
+    assert sorted(shelves.values_list("version", flat=True)) == [2, 2, 3]
+    assert not Delivery.objects.filter(status=Delivery.Status.PENDING).exists()
+    assert_no_children_left()
+
+
+def test_publish_subscribe_live_needs_books(redis_client):
+    with pytest.raises(LabError, match="seed_library"):
+        live_tables("publish-subscribe")
+    assert not OutboxMessage.objects.exists()
+
+
+def test_publish_subscribe_live_refuses_a_run_too_long_for_real_processes():
+    with pytest.raises(LabError, match="at most 200"):
+        live_tables("publish-subscribe", rounds=100, per_round=100)
+    with pytest.raises(LabError, match="a round lasts"):
+        live_tables("publish-subscribe", budget=1000)
+
+
+def test_publish_subscribe_live_pauses_the_lab_subscriptions_when_it_fails(
+    redis_client, monkeypatch
+):
+    from course.labs import publish_subscribe
+
+    make_books()
+
+    def boom(*args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(publish_subscribe, "_live_slow", boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        live_tables("publish-subscribe")
+    # The fan-out had started both before the failure.
+    states = dict(SubscriptionState.objects.values_list("name", "active"))
+    assert states["lab_slow"] is False
+    assert states["lab_late"] is False
+    assert_no_children_left()
