@@ -121,14 +121,17 @@ class LiveSystem:
         )
 
 
-def _worker_args(queues: list[str], name: str) -> tuple[str, ...]:
+def _worker_args(
+    queues: list[str], name: str, *, simple: bool = False
+) -> tuple[str, ...]:
     # If the lab's process is killed outright (SIGKILL, no finally), its workers,
     # in sessions of their own, would live on: they quit once idle this long.
     idle = ("--max-idle-time", str(ORPHAN_IDLE_S))
-    if all(queue in settings.RQ_QUEUES for queue in queues):
+    if not simple and all(queue in settings.RQ_QUEUES for queue in queues):
         return ("rqworker", *queues, "--name", name, *idle)
     # A private queue is not in settings: labchild's worker serves it.
-    return ("labchild", "worker", *queues, "--name", name, *idle)
+    extra = ("--simple",) if simple else ()
+    return ("labchild", "worker", *queues, "--name", name, *idle, *extra)
 
 
 def _children(pid: int) -> list[int]:
@@ -203,6 +206,8 @@ def live_system(
     progress: Progress,
     workers: int = WORKERS,
     private_queue: bool = False,
+    messaging: bool = True,
+    simple: bool = False,
 ) -> Iterator[LiveSystem]:
     """Start ``workers`` real rq worker processes and a sweeper; stop all at exit.
 
@@ -216,7 +221,9 @@ def live_system(
     if connection.in_atomic_block:
         # The workers could not see uncommitted probes; the outbox needs a commit.
         raise LabError("live: run the live part outside a database transaction")
-    queues = ["messaging"]
+    # ``messaging=False``: the workers serve the private queue only (a measurement
+    # that other work must not share); ``simple``: jobs run without a fork.
+    queues = ["messaging"] if messaging else []
     system = LiveSystem(run=run)
     if private_queue:
         system.private_queue = Queue(
@@ -229,7 +236,8 @@ def live_system(
         live_step(progress, 0.02, f"starting {workers} rq worker processes")
         for index in range(1, workers + 1):
             name = f"lab-{run}-{index}"
-            system.processes.append(start_manage(*_worker_args(queues, name), env=env))
+            args = _worker_args(queues, name, simple=simple)
+            system.processes.append(start_manage(*args, env=env))
             system.worker_names.append(name)
         _wait_registered(system)
         sweeper.start()

@@ -21,7 +21,9 @@ from course.labs import (
     poison_messages,
     publish_subscribe,
     rationale,
+    scheduled_tasks,
     streams_vs_queues,
+    worker_processes,
 )
 from course.labs.base import Lab, LabError
 from course.lessons import lesson_get
@@ -42,6 +44,8 @@ _ALL: tuple[Lab, ...] = (
     ordering.LAB,
     dead_letter_queues.LAB,
     poison_messages.LAB,
+    worker_processes.LAB,
+    scheduled_tasks.LAB,
 )
 
 LABS: dict[str, Lab] = {lab.slug: lab for lab in _ALL}

@@ -28,7 +28,7 @@ import django_rq
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_rq.utils import reset_db_connections
-from rq import Queue, Worker
+from rq import Queue, SimpleWorker, Worker
 from rq.logutils import setup_loghandlers
 
 from course.labs.live import PRIVATE_QUEUE_PREFIX
@@ -49,6 +49,11 @@ class Command(BaseCommand):
         worker.add_argument("queues", nargs="+")
         worker.add_argument("--name", default=None)
         worker.add_argument("--max-idle-time", type=int, default=None)
+        worker.add_argument(
+            "--simple",
+            action="store_true",
+            help="run jobs in the worker process itself (rq's SimpleWorker, no fork)",
+        )
         loans = sub.add_parser("loans", help="issue loans, then die right after")
         loans.add_argument("--handoff", choices=("in-memory", "outbox"), required=True)
         loans.add_argument(
@@ -59,12 +64,22 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["child"] == "worker":
-            self._worker(options["queues"], options["name"], options["max_idle_time"])
+            self._worker(
+                options["queues"],
+                options["name"],
+                options["max_idle_time"],
+                simple=options["simple"],
+            )
         else:
             self._loans(options)
 
     def _worker(
-        self, names: list[str], worker_name: str | None, max_idle_time: int | None
+        self,
+        names: list[str],
+        worker_name: str | None,
+        max_idle_time: int | None,
+        *,
+        simple: bool = False,
     ) -> None:
         connection = django_rq.get_connection("default")
         queues: list[Queue] = []
@@ -79,7 +94,8 @@ class Command(BaseCommand):
                     f"queue ({PRIVATE_QUEUE_PREFIX}…)"
                 )
         setup_loghandlers("WARNING")
-        worker = Worker(queues, connection=connection, name=worker_name)
+        worker_class = SimpleWorker if simple else Worker
+        worker = worker_class(queues, connection=connection, name=worker_name)
         # Never carry this process's connection into the forked work-horses.
         reset_db_connections()
         worker.work(logging_level="WARNING", max_idle_time=max_idle_time)

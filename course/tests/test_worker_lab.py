@@ -1,0 +1,82 @@
+"""The worker-processes lab: the course's tables, a reference, the command, live."""
+
+from __future__ import annotations
+
+import json
+import math
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course.labs import worker_processes
+from course.labs.registry import lab_get
+from course.tests.lab_results import columns, records, run
+
+SLUG = "worker-processes"
+
+
+def test_defaults_reproduce_the_course():
+    result = run(SLUG)
+    assert result["params"] == {"jobs": 12, "job_ms": 100, "workers": [1, 2, 4]}
+    assert columns(result, "pool") == ["workers", "jobs", "slices"]
+    assert records(result, "pool") == [
+        {"workers": 1, "jobs": 12, "slices": 12},
+        {"workers": 2, "jobs": 12, "slices": 6},
+        {"workers": 4, "jobs": 12, "slices": 3},
+    ]
+    assert records(result, "supervision") == [
+        {
+            "completed": "1, 2, 4, 5",
+            "dead_letter": "3",
+            "workers_spawned": 4,
+            "crashing_job_attempts": 2,
+        }
+    ]
+
+
+# An independent reference: equal jobs pulled by n workers end after ceil(jobs / n)
+# rounds, whatever the job length (the lab simulates the pull with a heap).
+@settings(max_examples=200, deadline=None)
+@given(
+    jobs=st.integers(min_value=1, max_value=500),
+    workers=st.integers(min_value=1, max_value=16),
+    job_ms=st.integers(min_value=1, max_value=5000),
+)
+def test_pool_slices_match_whole_rounds(jobs, workers, job_ms):
+    assert worker_processes.pool_slices(jobs, workers, job_ms) == math.ceil(
+        jobs / workers
+    )
+
+
+def test_other_values_are_honoured():
+    result = run(SLUG, jobs=7, job_ms=250, workers=[3, 7, 10])
+    assert [r["slices"] for r in records(result, "pool")] == [3, 1, 1]
+
+
+def test_the_command_prints_json_and_refuses_bad_values():
+    out = StringIO()
+    call_command("lab", SLUG, "--json", "--set", "workers=1,3", stdout=out)
+    tables = json.loads(out.getvalue())["tables"]
+    assert tables["pool"]["rows"] == [[1, 12, 12], [3, 12, 4]]
+    err = StringIO()
+    with pytest.raises(SystemExit) as exit_:
+        call_command("lab", SLUG, "--set", "workers=0", stderr=err)
+    assert exit_.value.code == 2
+    assert "workers" in err.getvalue()
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_live_pool_and_supervision_on_real_workers(redis_client):
+    lab = lab_get(SLUG)
+    params = lab.validate({"jobs": 8, "job_ms": 200, "workers": [1, 4]})
+    tables = lab.run(params, live=True)["tables"]
+    pool = {row[0]: row for row in tables["live_pool"]["rows"]}
+    # Slices are rounded down from measured time; a loaded machine may add one.
+    assert pool[1][2] in (8, 9)
+    assert pool[4][2] in (2, 3)
+    assert pool[4][4] == 4  # every worker process took jobs (pull-based)
+    assert tables["live_supervision"]["rows"] == [["1, 2, 4, 5", "3", 2, 2]]
