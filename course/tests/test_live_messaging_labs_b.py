@@ -1,4 +1,4 @@
-"""Live part of publish-subscribe, on real rq worker processes.
+"""Live parts of publish-subscribe and streams-vs-queues, on real rq worker processes.
 
 Each test starts the lab's own ``manage.py`` workers against this test run's
 database and Redis (so the data must be committed: transaction=True).
@@ -15,11 +15,13 @@ from django.db import connection
 from course.labs import live as harness
 from course.labs.base import LabError, Tables
 from course.labs.registry import lab_get
-from library.models import Book, Branch
+from library.models import Book, BookLedger, Branch, StockProjection
 from messaging.models import (
     Delivery,
+    LogRetention,
     OutboxMessage,
     ProbeEffect,
+    StreamConsumer,
     SubscriptionState,
 )
 from messaging.registry import SUBSCRIPTIONS, MessageType, subscriptions_for
@@ -178,3 +180,87 @@ def test_publish_subscribe_live_pauses_the_lab_subscriptions_when_it_fails(
     assert states["lab_slow"] is False
     assert states["lab_late"] is False
     assert_no_children_left()
+
+
+# --- streams-vs-queues ---------------------------------------------------------------
+
+
+def test_streams_vs_queues_live_storage_replay_and_retention(redis_client):
+    books = make_books()
+    # A projection row the replay must rebuild: a book changed before the run.
+    from library.services import stock_correct
+
+    stock_correct(book_id=books[0], on_shelf=5)
+    tables = live_tables("streams-vs-queues")
+
+    copies = len(subscriptions_for(MessageType.STOCK_CORRECTED))
+    [log_row, copy_row] = rows(tables, "live_storage")
+    assert log_row[:3] == ["single log", 6, 6]
+    assert copy_row[:3] == ["subscription copies", 6, 6 * copies]
+    bodies = OutboxMessage.objects.filter(type="stock_corrected").order_by("-id")[:6]
+    from course.labs.live_streams import body_bytes
+
+    assert log_row[3] == sum(body_bytes(m.body) for m in bodies)
+    assert copy_row[3] == copies * log_row[3]
+
+    ids = list(
+        OutboxMessage.objects.filter(type="stock_corrected")
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    ours = ids[1:]
+    replay = rows(tables, "live_replay")
+    assert replay == [
+        ["live consumer, caught up", None, None, 3, 3, 0],
+        [f"rewound to {ours[2]} (before the 4th)", ours[2], 3, 3, 3, 0],
+        ["rewound to 0 with rebuild", 0, len(ids), 3, 3, 0],
+    ]
+    projection = dict(StockProjection.objects.values_list("book_id", "on_shelf"))
+    assert projection == dict(
+        Book.objects.filter(pk__in=books).values_list("id", "on_shelf")
+    )
+    assert projection[books[0]] == 5
+    consumer = StreamConsumer.objects.get(name="stock_projection")
+    assert (consumer.offset, consumer.state, consumer.rewound_to) == (ids[-1], "ok", 0)
+
+    # Retention on the throwaway log only: the course's 6 dropped, 4 lost.
+    assert rows(tables, "live_retention") == [[6, 7, 2, 4, "trimmed"]]
+    assert rows(tables, "live_retention_reads") == [
+        ["before trim", 10, 1, 2, 8, "ok"],
+        ["after trim", 4, 7, 2, None, "trimmed"],
+        ["consumer moves on", 4, 7, 2, None, "trimmed"],
+    ]
+    [[dropped, earliest, lost]] = rows(tables, "retention")
+    assert (dropped, earliest + 1, lost) == (6, 7, 4)
+    # This database's log was not trimmed.
+    assert OutboxMessage.objects.filter(type="stock_corrected").count() == 7
+    assert not LogRetention.objects.exists()
+    assert BookLedger.objects.filter(book_id__in=books).count() == 7
+    assert list(
+        Book.objects.filter(pk__in=books)
+        .order_by("pk")
+        .values_list("on_shelf", flat=True)
+    ) == [5, 3, 1]
+    assert_no_children_left()
+
+
+def test_streams_vs_queues_live_retention_follows_keep(redis_client):
+    from course.labs.streams_vs_queues import _live_retention
+
+    row, reads = _live_retention(8)
+    # Keeping 8 of 10 drops 2: the consumer at offset 2 loses nothing.
+    assert row == [2, 3, 2, 0, "ok"]
+    assert reads[1:] == [
+        ["after trim", 8, 3, 2, 8, "ok"],
+        ["consumer moves on", 8, 3, 10, 0, "ok"],
+    ]
+    row, _ = _live_retention(1)
+    assert row == [9, 10, 2, 7, "trimmed"]
+
+
+def test_streams_vs_queues_live_refuses_keep_zero_and_a_trimmed_consumer():
+    with pytest.raises(LabError, match="keep >= 1"):
+        live_tables("streams-vs-queues", keep=0)
+    StreamConsumer.objects.create(name="stock_projection", state="trimmed")
+    with pytest.raises(LabError, match="rewind it"):
+        live_tables("streams-vs-queues")

@@ -317,18 +317,10 @@ def test_every_chart_names_columns_the_model_produces(slug):
             assert all(isinstance(row[at], int | float) for row in found["rows"])
 
 
-def test_publish_subscribe_has_a_live_part():
+@pytest.mark.parametrize("slug", [PUBSUB, STREAMS])
+def test_labs_have_a_live_part(slug):
     # Its runs on real processes: course/tests/test_live_messaging_labs_b.py.
-    assert lab_get(PUBSUB).live is not None
-
-
-@pytest.mark.parametrize("slug", [STREAMS])
-def test_labs_have_no_live_part_yet(slug):
-    assert lab_get(slug).live is None
-    status, out, err = lab_command(slug, "--live")
-    assert status == 2
-    assert out == ""
-    assert "no live part yet" in err
+    assert lab_get(slug).live is not None
 
 
 @pytest.mark.django_db
