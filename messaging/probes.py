@@ -68,10 +68,15 @@ def apply_probe(message: OutboxMessage) -> None:
         _die()  # after the effect, before the commit: the effect rolls back
 
 
+def slow_probe_work(message: OutboxMessage) -> None:
+    """The slow subscriber's slow part (a stand-in for a network call): it runs
+    outside the delivery's transaction, so it never holds the database."""
+    time.sleep(int(message.body.get("slow_ms", 0)) / 1000)
+
+
 def apply_slow_probe(message: OutboxMessage) -> None:
-    """The publish-subscribe lab's deliberately slow subscriber: sleep, then record."""
+    """The publish-subscribe lab's deliberately slow subscriber: record the effect."""
     body = message.body
-    time.sleep(int(body.get("slow_ms", 0)) / 1000)
     ProbeEffect.objects.create(
         run=str(body["run"]), seq=int(body["seq"]), message=message, mode="lab_slow"
     )

@@ -66,6 +66,12 @@ class Subscription:
     lane: str = "main"
     # False: declared in code but takes no copies until started (admin or lab).
     starts_active: bool = True
+    # Dotted path of ``work(message) -> None`` run BEFORE the effect's transaction:
+    # slow work (a network call) that must not hold the database meanwhile (on
+    # SQLite a transaction holds the only write lock, so a slow handler inside it
+    # would stall every other subscription and the relay). It is not guarded by
+    # the dedup row, so it may run again on a retry: it must tolerate repeats.
+    outside: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,7 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
             name="lab_slow",
             accepts=frozenset({MessageType.LAB_PROBE}),
             handler="messaging.probes.apply_slow_probe",
+            outside="messaging.probes.slow_probe_work",
             lane="slow",
             starts_active=False,
         ),

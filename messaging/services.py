@@ -347,7 +347,17 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
     3. On an exception: schedule the retry with backoff, or dead-letter at the limit.
     """
     subscription = SUBSCRIPTIONS[delivery.subscription]
+    deaths = delivery.attempts - 1 - delivery.failures
+    out_of_attempts = delivery.attempts > subscription.max_attempts or (
+        delivery.attempts >= subscription.max_attempts and deaths > 0
+    )
+    if out_of_attempts:
+        reason = f"the worker died during {deaths} earlier attempt(s)"
+        _dead_letter(delivery, subscription, reason)
+        return Outcome(delivery.pk, "dead")
     try:
+        if subscription.outside is not None:
+            import_string(subscription.outside)(delivery.message)
         with transaction.atomic():
             return _apply(delivery, owner)
     except _LeaseLost:
@@ -359,14 +369,6 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
 def _apply(delivery: Delivery, owner: str) -> Outcome:
     """Guard row, effect and done mark. Call inside ``atomic()``; raises on failure."""
     subscription = SUBSCRIPTIONS[delivery.subscription]
-    deaths = delivery.attempts - 1 - delivery.failures
-    out_of_attempts = delivery.attempts > subscription.max_attempts or (
-        delivery.attempts >= subscription.max_attempts and deaths > 0
-    )
-    if out_of_attempts:
-        reason = f"the worker died during {deaths} earlier attempt(s)"
-        _dead_letter(delivery, subscription, reason)
-        return Outcome(delivery.pk, "dead")
     handler: Handler = import_string(subscription.handler)
     try:
         with transaction.atomic():

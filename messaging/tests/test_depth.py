@@ -373,3 +373,22 @@ def test_a_one_at_a_time_lane_refuses_a_second_drain(library_rows, redis_client)
     redis_client.delete(f"{tasks.RUNNING_KEY}:slow")
     assert tasks.drain(lane="slow")["done"] == 1
     assert not redis_client.exists(f"{tasks.RUNNING_KEY}:slow")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_subscriptions_slow_part_runs_outside_its_transaction(
+    library_rows, monkeypatch
+):
+    """The slow lane's wait must not hold the database (SQLite's one write lock)."""
+    seen: list[bool] = []
+    monkeypatch.setattr("messaging.tasks.nudge_drain", lambda lane="main": None)
+    monkeypatch.setattr(
+        "messaging.probes.slow_probe_work",
+        lambda message: seen.append(connection.in_atomic_block),
+    )
+    subscription_start("lab_slow")
+    probe(1, slow_ms=1)
+    relay_pending()
+    messaging_drain(owner="slow", budget_seconds=30, lane="slow")
+    assert seen == [False]  # and the effect itself ran inside one (below)
+    assert Delivery.objects.get(subscription="lab_slow").status == "done"
