@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+import jobs.admin_schedule  # noqa: F401  (registers the scheduled tasks' admin)
 from jobs.models import JobStatus
 
 

@@ -1,0 +1,170 @@
+"""The lease lock: atomic acquisition, owner-checked release, expiry and renewal,
+in one process and across real ``manage.py`` processes."""
+
+import datetime
+import signal
+import time
+
+import pytest
+
+from jobs.locks import LeaseLock, lease, lease_holder
+from jobs.management.commands.scheduledrun import probe_keys, probe_lease_name
+from jobs.processes import kill_group, running, start_manage
+
+TIMEOUT_S = 120
+
+
+def text(items: list[bytes]) -> list[str]:
+    return [item.decode() for item in items]
+
+
+# --- one process ---------------------------------------------------------------------
+
+
+def test_only_one_acquisition_wins_and_only_the_owner_releases(redis_client):
+    first = LeaseLock(redis_client, "t", lease_ms=10_000)
+    second = LeaseLock(redis_client, "t", lease_ms=10_000)
+    assert first.owner != second.owner
+    assert first.acquire()
+    assert not second.acquire()
+    assert not second.release()  # not the holder: the key is left alone
+    assert redis_client.get("lease:t").decode() == first.owner
+    assert first.release()
+    assert redis_client.get("lease:t") is None
+    assert second.acquire()
+
+
+def test_a_lease_expires_so_a_crashed_holder_blocks_for_one_lease_at_most(
+    redis_client,
+):
+    crashed = LeaseLock(redis_client, "t", lease_ms=200)
+    assert crashed.acquire()  # and never releases
+    late = LeaseLock(redis_client, "t", lease_ms=200)
+    assert not late.acquire()
+    time.sleep(0.35)
+    assert late.acquire()
+    # The crashed holder, back from the dead, cannot remove the new holder's lease.
+    assert not crashed.release()
+    assert not crashed.renew()
+    assert crashed.lost.is_set()
+    assert redis_client.get("lease:t").decode() == late.owner
+
+
+def test_renewal_keeps_a_long_run_holding_past_its_lease(redis_client):
+    with lease(redis_client, "t", lease_ms=300) as held:
+        assert held is not None
+        time.sleep(1.0)  # more than three leases
+        assert not LeaseLock(redis_client, "t", lease_ms=300).acquire()
+        assert not held.lost.is_set()
+    assert redis_client.get("lease:t") is None  # released at the end of the block
+
+
+def test_lease_reports_holder_and_expiry(redis_client):
+    now = datetime.datetime(2026, 2, 1, 2, tzinfo=datetime.UTC)
+    assert lease_holder(redis_client, "t", now=now) is None
+    with lease(redis_client, "t", lease_ms=60_000, renew=False) as held:
+        assert held is not None
+        holder = lease_holder(redis_client, "t", now=now)
+        assert holder is not None
+        assert holder.owner == held.owner
+        remaining = holder.expires_at - now
+        assert (
+            datetime.timedelta(seconds=55) < remaining <= datetime.timedelta(seconds=60)
+        )
+        with lease(redis_client, "t", lease_ms=60_000) as other:
+            assert other is None  # someone holds it: the block learns it and skips
+
+
+# --- real processes ------------------------------------------------------------------
+
+
+def run_probes(
+    redis_client, run: str, labels: str, *, locked: bool, hold_ms: int = 300
+) -> list[str]:
+    """Start one probe process per label, release them together, return the trace."""
+    keys = probe_keys(run)
+    extra = () if locked else ("--unlocked",)
+    processes = [
+        start_manage(
+            "scheduledrun",
+            "probe",
+            "--run",
+            run,
+            "--label",
+            label,
+            "--hold-ms",
+            str(hold_ms),
+            *extra,
+        )
+        for label in labels
+    ]
+    with running(*processes):
+        deadline = time.monotonic() + TIMEOUT_S
+        while redis_client.llen(keys["ready"]) < len(labels):
+            assert all(p.poll() is None for p in processes), "a probe exited early"
+            assert time.monotonic() < deadline, "probes did not boot"
+            time.sleep(0.05)
+        redis_client.rpush(keys["go"], *["go"] * len(labels))
+        assert [p.wait(timeout=TIMEOUT_S) for p in processes] == [0] * len(labels)
+    return text(redis_client.lrange(keys["trace"], 0, -1))
+
+
+def peak(trace: list[str]) -> int:
+    running_now = highest = 0
+    for line in trace:
+        running_now += {"started": 1, "done": -1}.get(line.split()[0], 0)
+        highest = max(highest, running_now)
+    return highest
+
+
+@pytest.mark.processes
+def test_real_processes_started_together_never_hold_the_lease_at_once(redis_client):
+    for round_ in range(2):
+        trace = run_probes(redis_client, f"race-{round_}", "ABC", locked=True)
+        assert peak(trace) == 1
+        assert sum(line.startswith("started") for line in trace) == 1
+        assert sum(line.startswith("skipped") for line in trace) == 2
+        assert len(trace) == 4  # one started/done pair, two skips
+        assert redis_client.get(f"lease:{probe_lease_name(f'race-{round_}')}") is None
+    # The same start without the lock: the check above would see the overlap.
+    unlocked = run_probes(redis_client, "race-free", "ABC", locked=False)
+    assert peak(unlocked) >= 2
+    assert sum(line.startswith("started") for line in unlocked) == 3
+
+
+@pytest.mark.processes
+def test_a_killed_holder_loses_the_lease_after_one_term(redis_client):
+    run = "killed"
+    keys = probe_keys(run)
+    name = probe_lease_name(run)
+    holder = start_manage(
+        "scheduledrun",
+        "probe",
+        "--run",
+        run,
+        "--label",
+        "A",
+        "--hold-ms",
+        "60000",
+        "--lease-ms",
+        "1000",
+    )
+    with running(holder):
+        deadline = time.monotonic() + TIMEOUT_S
+        while redis_client.llen(keys["ready"]) < 1:
+            assert holder.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        redis_client.rpush(keys["go"], "go")
+        while text(redis_client.lrange(keys["trace"], 0, -1)) != ["started A"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # Three lease terms later it still holds: its renewals keep the lease.
+        time.sleep(3.0)
+        owner = redis_client.get(f"lease:{name}")
+        assert owner is not None
+        assert f":{holder.pid}:" in owner.decode()
+        kill_group(holder, signal.SIGKILL)  # no finally, no release
+        assert not LeaseLock(redis_client, name, lease_ms=1000).acquire()
+        time.sleep(1.2)
+        assert LeaseLock(redis_client, name, lease_ms=1000).acquire()
