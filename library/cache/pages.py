@@ -81,7 +81,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PAGE: Final = KeySpec(namespace="page", operation="http", schema_version=2)
+PAGE: Final = KeySpec(namespace="page", operation="http", schema_version=3)
 HOT_COPIES: Final = 4
 # Headers not stored: per-response (Date, Content-Length) or per-visitor (cookies).
 _SKIPPED: Final = frozenset({"date", "content-length", "set-cookie", "x-page-cache"})
@@ -216,24 +216,31 @@ def page_key(request: HttpRequest, *, no_database: bool = False) -> PageLookup |
 
 
 # --- the stored form ---------------------------------------------------------------
+#
+# A page is two keys written together: ``<key>`` holds a small JSON head (the
+# generation it was rendered under and the response headers, validators included)
+# and ``<key>:body`` the bytes. A conditional request reads only the head: when its
+# validator matches, the 304 goes out and the body never leaves Redis.
 
 
-def _pack(response: HttpResponse, generation: int) -> bytes:
+def _body_key(key: str) -> str:
+    return f"{key}:body"
+
+
+def _head(response: HttpResponse, generation: int) -> bytes:
     headers = [
         [name, value]
         for name, value in response.items()
         if name.lower() not in _SKIPPED
     ]
-    head = json.dumps({"g": generation, "h": headers}, separators=(",", ":"))
-    return head.encode() + b"\n" + response.content
+    return json.dumps({"g": generation, "h": headers}, separators=(",", ":")).encode()
 
 
-def _unpack(data: bytes) -> tuple[int, list[list[str]], bytes] | None:
-    """Return the stored generation, headers and body; None for a damaged entry."""
-    head, _, body = data.partition(b"\n")
+def _parse_head(data: bytes) -> tuple[int, list[list[str]]] | None:
+    """Return the stored generation and headers; None for a damaged entry."""
     try:
-        fields = json.loads(head)
-        return int(fields["g"]), fields["h"], body
+        fields = json.loads(data)
+        return int(fields["g"]), fields["h"]
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -259,18 +266,22 @@ def _last_modified(stored: dict[str, str]) -> datetime.datetime | None:
     return None if seconds is None else datetime.datetime.fromtimestamp(seconds, UTC)
 
 
-def _answer(
-    request: HttpRequest, headers: list[list[str]], body: bytes
-) -> HttpResponse:
+def _not_modified(
+    request: HttpRequest, headers: list[list[str]]
+) -> HttpResponseNotModified | None:
     stored = {name.lower(): value for name, value in headers}
-    etag = stored.get("etag")
-    if http.is_not_modified(request.headers, etag, _last_modified(stored)):
-        not_modified = HttpResponseNotModified()
-        for name, value in headers:
-            if name.lower() in ("etag", "last-modified", "cache-control", "vary"):
-                not_modified[name] = value
-        not_modified["X-Page-Cache"] = "hit"
-        return not_modified
+    validators = (stored.get("etag"), _last_modified(stored))
+    if not http.is_not_modified(request.headers, *validators):
+        return None
+    answer = HttpResponseNotModified()
+    for name, value in headers:
+        if name.lower() in ("etag", "last-modified", "cache-control", "vary"):
+            answer[name] = value
+    answer["X-Page-Cache"] = "hit"
+    return answer
+
+
+def _full(headers: list[list[str]], body: bytes) -> HttpResponse:
     response = HttpResponse(body)
     for name, value in headers:
         response[name] = value
@@ -278,33 +289,52 @@ def _answer(
     return response
 
 
-class _Hit(NamedTuple):
-    headers: list[list[str]]
-    body: bytes
-    counts: dict[str, int]
+def _conditional(request: HttpRequest) -> bool:
+    return "If-None-Match" in request.headers or "If-Modified-Since" in request.headers
 
 
-def _mget_keys(lookup: PageLookup) -> list[str]:
-    return [lookup.key, lookup.dependency or lookup.key]
+class _Read(NamedTuple):
+    """What the first round trip decided."""
+
+    generation: int  # current, to stamp a page stored after a miss
+    answer: HttpResponse | None  # a 304 or a 200, when decided
+    headers: list[list[str]] | None  # a current head whose body is still to read
+    hit_bytes: int
 
 
-def _hit(
-    lookup: PageLookup, replies: list[Any], start: float
-) -> tuple[int, _Hit | None]:
-    """Return the current generation, and the stored page if it is still current."""
-    data, raw_generation = replies
+def _first_keys(lookup: PageLookup, request: HttpRequest) -> list[str]:
+    """The head, the generation, and the body unless a 304 may make it unneeded."""
+    keys = [lookup.key, lookup.dependency or lookup.key]
+    if not _conditional(request):
+        keys.append(_body_key(lookup.key))
+    return keys
+
+
+def _first_read(lookup: PageLookup, request: HttpRequest, replies: list[Any]) -> _Read:
+    head_data, raw_generation = replies[0], replies[1]
     generation = _generation(raw_generation) if lookup.dependency else 0
-    if data is None:
-        return generation, None
-    entry = _unpack(cast(bytes, data))
-    if entry is None or entry[0] != generation:
-        return generation, None
-    counts = {
+    head = None if head_data is None else _parse_head(cast(bytes, head_data))
+    if head is None or head[0] != generation:
+        return _Read(generation, None, None, 0)
+    headers = head[1]
+    size = len(cast(bytes, head_data))
+    not_modified = _not_modified(request, headers)
+    if not_modified is not None:
+        return _Read(generation, not_modified, None, size)
+    if len(replies) == 3:
+        if replies[2] is None:  # the body was evicted on its own: a miss
+            return _Read(generation, None, None, 0)
+        body = cast(bytes, replies[2])
+        return _Read(generation, _full(headers, body), None, size + len(body))
+    return _Read(generation, None, headers, size)
+
+
+def _hit_counts(read_bytes: int, start: float) -> dict[str, int]:
+    return {
         "hits": 1,
-        "hit_bytes": len(cast(bytes, data)),
+        "hit_bytes": read_bytes,
         "cache_ms_total": round((time.perf_counter() - start) * 1000),
     }
-    return generation, _Hit(entry[1], entry[2], counts)
 
 
 # --- the middleware ----------------------------------------------------------------
@@ -328,18 +358,24 @@ class PageCacheMiddleware:
             return self.get_response(request)
         start = time.perf_counter()
         try:
-            # The page and the generation it depends on, in one round trip.
-            replies = cache_redis().mget(_mget_keys(lookup))
+            # The head, the generation it depends on (and the body), in one trip.
+            replies = cache_redis().mget(_first_keys(lookup, request))
+            read = _first_read(lookup, request, replies)
+            answer, read_bytes = read.answer, read.hit_bytes
+            if read.headers is not None:  # validators did not match: the body too
+                body = cache_redis().get(_body_key(lookup.key))
+                if body is not None:
+                    answer = _full(read.headers, cast(bytes, body))
+                    read_bytes += len(cast(bytes, body))
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page read")
             return self.get_response(request)
-        generation, hit = _hit(lookup, replies, start)
-        if hit is not None:
-            if metrics_buffer(PAGE.namespace, **hit.counts):
+        if answer is not None:
+            if metrics_buffer(PAGE.namespace, **_hit_counts(read_bytes, start)):
                 metrics_flush()
-            return _answer(request, hit.headers, hit.body)
+            return answer
         response = self.get_response(request)
-        self._store(lookup, generation, response)
+        self._store(lookup, read.generation, response)
         response["X-Page-Cache"] = "miss"
         return response
 
@@ -354,17 +390,21 @@ class PageCacheMiddleware:
         """
         if not _storable(response):
             return
-        data = _pack(response, generation)
+        head = _head(response, generation)
         kind = lookup.kind
         lifetime_ms = (
             lifetime_with_jitter(lookup.key, kind.lifetime_s, kind.jitter_s) * 1000
         )
         try:
-            cache_redis().set(lookup.key, data, px=lifetime_ms)
+            pipe = cache_redis().pipeline(transaction=True)
+            pipe.set(lookup.key, head, px=lifetime_ms)
+            pipe.set(_body_key(lookup.key), response.content, px=lifetime_ms)
+            pipe.execute()
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page store")
             return
-        metrics_record(PAGE.namespace, misses=1, miss_bytes=len(data), sets=1)
+        size = len(head) + len(response.content)
+        metrics_record(PAGE.namespace, misses=1, miss_bytes=size, sets=1)
 
 
 # --- the ASGI front -------------------------------------------------------------------
@@ -409,28 +449,34 @@ class PageTierASGI:
         if lookup is None:
             return False
         start = time.perf_counter()
+        client = self._client()
         try:
-            replies = await self._client().mget(_mget_keys(lookup))
+            replies = await client.mget(_first_keys(lookup, request))
+            read = _first_read(lookup, request, replies)
+            answer, read_bytes = read.answer, read.hit_bytes
+            if read.headers is not None:
+                body = await client.get(_body_key(lookup.key))
+                if body is not None:
+                    answer = _full(read.headers, cast(bytes, body))
+                    read_bytes += len(cast(bytes, body))
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page read")
             return False
-        _, hit = _hit(lookup, replies, start)
-        if hit is None:
+        if answer is None:
             return False  # Django renders it, and the middleware stores it
-        if metrics_buffer(PAGE.namespace, **hit.counts):
+        if metrics_buffer(PAGE.namespace, **_hit_counts(read_bytes, start)):
             await asyncio.to_thread(metrics_flush)
-        response = _answer(request, hit.headers, hit.body)
         headers = [
             (name.encode("latin-1"), value.encode("latin-1"))
-            for name, value in response.items()
+            for name, value in answer.items()
         ]
-        headers.append((b"content-length", str(len(response.content)).encode()))
+        headers.append((b"content-length", str(len(answer.content)).encode()))
         await send(
             {
                 "type": "http.response.start",
-                "status": response.status_code,
+                "status": answer.status_code,
                 "headers": headers,
             }
         )
-        await send({"type": "http.response.body", "body": response.content})
+        await send({"type": "http.response.body", "body": answer.content})
         return True

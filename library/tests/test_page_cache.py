@@ -142,7 +142,9 @@ def test_the_first_catalogue_page_is_split_into_copies(
         client.get(url)
     scope = f"{cache_tenants_of_this_test}-branch-{book.branch_id}"
     copies = {
-        k.rsplit(b"#", 1)[1] for k in cache_redis().scan_iter(match=f"page:*{scope}:*")
+        k.rsplit(b"#", 1)[1]
+        for k in cache_redis().scan_iter(match=f"page:*{scope}:*")
+        if not k.endswith(b":body")
     }
     assert copies == {f"c{n}".encode() for n in range(pages.HOT_COPIES)}
     searched = client.get(url, {"q": "rose"})
@@ -273,3 +275,18 @@ def test_the_asgi_front_leaves_sessions_bad_hosts_and_plain_http_to_django(
     # reads the setting once at start-up, so here it is only the tier stepping aside).
     settings.SECURE_SSL_REDIRECT = True
     assert "x-page-cache" not in asgi_get(path)[1]
+
+
+def test_a_matching_validator_is_answered_from_the_head_alone(
+    client: Client, book: Book, cache_tenants_of_this_test: str
+) -> None:
+    url = reverse("branch-books", args=[book.branch_id]) + "?q=Rose"
+    etag = client.get(url)["ETag"]
+    pattern = f"page:*{cache_tenants_of_this_test}-branch-*:body"
+    (body_key,) = list(cache_redis().scan_iter(match=pattern))
+    cache_redis().delete(body_key)  # only the small head is left
+    answer = client.get(url, headers={"if-none-match": etag})
+    assert (answer.status_code, answer["X-Page-Cache"]) == (304, "hit")
+    # Without a matching validator the body is needed: gone, so the view renders.
+    again = client.get(url, headers={"if-none-match": '"other"'})
+    assert (again.status_code, again["X-Page-Cache"]) == (200, "miss")
