@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.utils import timezone
+
 from jobs.models import JobStatus
+from jobs.report import REPORT_KIND
 
 
 def jobstatus_payload(job: JobStatus) -> dict[str, Any]:
@@ -22,7 +27,73 @@ def jobstatus_payload(job: JobStatus) -> dict[str, Any]:
         "result": job.result,
         "error": job.error,
         "params": job.params,
+        # Long jobs with a checkpoint (the loan report): how far, and why it stopped.
+        "processed": _checkpoint_processed(job),
+        "total": _params_total(job),
+        "cancel_requested": job.cancel_requested_at is not None,
+        "cancel_reason": job.cancel_reason,
+        "resumable": jobstatus_resumable(job),
     }
+
+
+def _checkpoint_processed(job: JobStatus) -> int | None:
+    checkpoint = job.checkpoint
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("processed"), int):
+        return int(checkpoint["processed"])
+    return None
+
+
+def _params_total(job: JobStatus) -> int | None:
+    params = job.params
+    if isinstance(params, dict) and isinstance(params.get("total"), int):
+        return int(params["total"])
+    return None
+
+
+def jobstatus_resumable(
+    job: JobStatus, *, now: datetime.datetime | None = None
+) -> bool:
+    """Return whether the report may be enqueued again from its checkpoint.
+
+    Cancelled reports are; so is a running one whose lease ran out (its worker died
+    without a word). Other kinds of job do not keep a checkpoint.
+    """
+    if job.kind != REPORT_KIND:
+        return False
+    if job.state == JobStatus.State.CANCELLED:
+        return True
+    now = now or timezone.now()
+    return (
+        job.state == JobStatus.State.RUNNING
+        and job.leased_until is not None
+        and job.leased_until < now
+    )
+
+
+def jobstatus_visible_to(
+    job: JobStatus, user: AbstractBaseUser | AnonymousUser
+) -> bool:
+    """Return whether ``user`` may see the job's page and download its result."""
+    if not user.is_authenticated:
+        return False
+    return bool(getattr(user, "is_staff", False)) or job.created_by_id == user.pk
+
+
+def report_get(*, job_id: uuid.UUID) -> JobStatus | None:
+    return (
+        JobStatus.objects.select_related("created_by")
+        .filter(pk=job_id, kind=REPORT_KIND)
+        .first()
+    )
+
+
+def report_recent(*, limit: int = 10) -> list[JobStatus]:
+    """Return the newest reports, newest first."""
+    return list(
+        JobStatus.objects.select_related("created_by")
+        .filter(kind=REPORT_KIND)
+        .order_by("-created_at")[:limit]
+    )
 
 
 def jobstatus_changed_since(*, job_id: uuid.UUID, version: int) -> JobStatus | None:

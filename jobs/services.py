@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from enum import StrEnum
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import F
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from jobs.models import JobStatus
@@ -78,3 +80,173 @@ def jobstatus_prune(*, older_than_days: int) -> int:
             state__in=JobStatus.FINISHED, finished_at__lt=cutoff
         ).delete()
     return deleted
+
+
+# --- cooperative cancellation, leases and checkpoints (long jobs) --------------------
+#
+# A long job holds a lease on its row (``lease_owner``, ``leased_until``) and renews it
+# with every checkpoint. Every write of the holder is conditioned on still being the
+# owner, so a holder that stalled past its lease and was replaced cannot overwrite
+# the newer run's checkpoint (compare-and-set, checked by the row count).
+
+
+class CancelOutcome(StrEnum):
+    """What a cancel request did to the row (shown to users)."""
+
+    CANCELLED = "cancelled"  # it was still queued: nobody runs it, cancelled at once
+    REQUESTED = "requested"  # it is running: it stops at its next chunk boundary
+    ALREADY = "already requested"
+    FINISHED = "finished"  # nothing left to cancel
+
+
+def jobstatus_cancel_request(*, job_id: uuid.UUID, reason: str) -> CancelOutcome:
+    """Ask the job to stop; return one of the CancelOutcome values.
+
+    A queued job is cancelled outright (the worker's claim, conditioned on
+    ``queued``, then finds nothing); a running one gets a request it reads at its
+    next chunk boundary. Raises JobStatus.DoesNotExist for an unknown id.
+    """
+    now = timezone.now()
+    reason = reason[:100]
+    with transaction.atomic():
+        if JobStatus.objects.filter(pk=job_id, state=JobStatus.State.QUEUED).update(
+            state=JobStatus.State.CANCELLED,
+            cancel_requested_at=now,
+            cancel_reason=reason,
+            message=f"cancelled before it started: {reason}"[:200],
+            finished_at=now,
+            version=F("version") + 1,
+        ):
+            return CancelOutcome.CANCELLED
+        if JobStatus.objects.filter(
+            pk=job_id, state=JobStatus.State.RUNNING, cancel_requested_at__isnull=True
+        ).update(
+            cancel_requested_at=now, cancel_reason=reason, version=F("version") + 1
+        ):
+            return CancelOutcome.REQUESTED
+        job = JobStatus.objects.get(pk=job_id)
+    if job.state == JobStatus.State.RUNNING:
+        return CancelOutcome.ALREADY
+    return CancelOutcome.FINISHED
+
+
+def jobstatus_claim(
+    *, job_id: uuid.UUID, owner: str, lease_s: float, message: str = "running"
+) -> JobStatus | None:
+    """Take the job's lease and mark it running; return the row, or None.
+
+    Claimable: a queued row, or a running row whose lease has run out (its holder
+    died or stalled). A cancelled or finished row is never claimed, so a second
+    delivery of the same rq job does nothing.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        claimable = JobStatus.objects.filter(pk=job_id).filter(
+            models.Q(state=JobStatus.State.QUEUED)
+            | models.Q(state=JobStatus.State.RUNNING, leased_until__lt=now)
+        )
+        claimed = claimable.update(
+            state=JobStatus.State.RUNNING,
+            lease_owner=owner[:100],
+            leased_until=now + datetime.timedelta(seconds=lease_s),
+            started_at=Coalesce(F("started_at"), now),
+            message=message[:200],
+            version=F("version") + 1,
+        )
+        if claimed != 1:
+            return None
+        return JobStatus.objects.get(pk=job_id)
+
+
+def _owned(job_id: uuid.UUID, owner: str) -> models.QuerySet[JobStatus]:
+    return JobStatus.objects.filter(
+        pk=job_id, state=JobStatus.State.RUNNING, lease_owner=owner
+    )
+
+
+def jobstatus_checkpoint(
+    *,
+    job_id: uuid.UUID,
+    owner: str,
+    checkpoint: dict[str, Any],
+    progress: float,
+    message: str,
+    lease_s: float,
+) -> bool:
+    """Store checkpoint and progress and renew the lease, in one UPDATE.
+
+    Return False (and write nothing) when ``owner`` no longer holds the job: its
+    lease was taken over, or the row left ``running``.
+    """
+    with transaction.atomic():
+        written = _owned(job_id, owner).update(
+            checkpoint=checkpoint,
+            progress=max(0.0, min(100.0, progress)),
+            message=message[:200],
+            leased_until=timezone.now() + datetime.timedelta(seconds=lease_s),
+            version=F("version") + 1,
+        )
+    return written == 1
+
+
+def jobstatus_stop(*, job_id: uuid.UUID, owner: str, reason: str) -> bool:
+    """Mark the owner's job cancelled at its last checkpoint and drop the lease."""
+    with transaction.atomic():
+        stopped = _owned(job_id, owner).update(
+            state=JobStatus.State.CANCELLED,
+            cancel_reason=reason[:100],
+            cancel_requested_at=Coalesce(F("cancel_requested_at"), timezone.now()),
+            message=f"cancelled: {reason}"[:200],
+            lease_owner="",
+            leased_until=None,
+            finished_at=timezone.now(),
+            version=F("version") + 1,
+        )
+    return stopped == 1
+
+
+def jobstatus_complete(
+    *, job_id: uuid.UUID, owner: str, checkpoint: dict[str, Any], result: dict[str, Any]
+) -> bool:
+    """Mark the owner's job done with its last checkpoint and result."""
+    with transaction.atomic():
+        done = _owned(job_id, owner).update(
+            state=JobStatus.State.DONE,
+            checkpoint=checkpoint,
+            progress=100.0,
+            message="finished",
+            result=result,
+            lease_owner="",
+            leased_until=None,
+            finished_at=timezone.now(),
+            version=F("version") + 1,
+        )
+    return done == 1
+
+
+def jobstatus_requeue(*, job_id: uuid.UUID, kind: str, message: str) -> bool:
+    """Put a cancelled (or abandoned: running, lease run out) job back in the queue.
+
+    The checkpoint stays: the next claim continues from it. The caller enqueues the
+    rq job in the same transaction (sent after commit). False when not resumable.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        requeued = (
+            JobStatus.objects.filter(pk=job_id, kind=kind)
+            .filter(
+                models.Q(state=JobStatus.State.CANCELLED)
+                | models.Q(state=JobStatus.State.RUNNING, leased_until__lt=now)
+            )
+            .update(
+                state=JobStatus.State.QUEUED,
+                cancel_requested_at=None,
+                cancel_reason="",
+                lease_owner="",
+                leased_until=None,
+                finished_at=None,
+                message=message[:200],
+                version=F("version") + 1,
+            )
+        )
+    return requeued == 1

@@ -16,6 +16,7 @@ from course.labs import (
     hot_key,
     http_caching,
     invalidation,
+    long_running_jobs,
     message_queues,
     ordering,
     poison_messages,
@@ -46,6 +47,7 @@ _ALL: tuple[Lab, ...] = (
     poison_messages.LAB,
     worker_processes.LAB,
     scheduled_tasks.LAB,
+    long_running_jobs.LAB,
 )
 
 LABS: dict[str, Lab] = {lab.slug: lab for lab in _ALL}
