@@ -1,14 +1,186 @@
-"""Pages whose content arrives over WebSocket."""
+"""Pages whose content arrives over WebSocket; polling and event-stream endpoints."""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, render
 
 from library.models import Branch
+from realtime.polling import (
+    change_hub,
+    counter_add,
+    counters_read,
+    db_call,
+    job_read,
+    long_poll_limits_ms,
+)
+from realtime.sse import STREAMS, branch_start, branch_stream, job_stream
 
 
 def branch_live(request: HttpRequest, branch_id: int) -> HttpResponse:
     """Render the live shelf page; the counts come over the socket."""
     branch = get_object_or_404(Branch, pk=branch_id)
     return render(request, "realtime/live.html", {"branch": branch})
+
+
+# --- polling and server-sent events (realtime.polling, realtime.sse) -----------------
+
+_ID_DIGITS = 18  # a bigint; longer digit strings are refused, not parsed
+
+
+def _no_store(response: HttpResponseBase) -> HttpResponseBase:
+    # Every answer describes one moment; a stored copy would hide the next change.
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _bad(message: str, raw: str) -> HttpResponseBase:
+    return _no_store(JsonResponse({"error": message, "value": raw[:40]}, status=400))
+
+
+def _whole(raw: str | None, name: str) -> int | HttpResponseBase | None:
+    """Return None when absent, the number, or a 400 answer saying what is wrong."""
+    if raw is None or raw == "":
+        return None
+    if not raw.isascii() or not raw.isdigit() or len(raw) > _ID_DIGITS:
+        return _bad(f"{name} must be a whole number (0 or more)", raw)
+    return int(raw)
+
+
+def _method_get(request: HttpRequest) -> HttpResponseBase | None:
+    if request.method in ("GET", "HEAD"):
+        return None
+    return HttpResponseNotAllowed(["GET", "HEAD"])
+
+
+async def job_status_short(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBase:
+    """Short poll: 204 at once while ``?version=`` is current, else the job."""
+    if (refused := _method_get(request)) is not None:
+        return refused
+    version = _whole(request.GET.get("version"), "version")
+    if isinstance(version, HttpResponseBase):
+        return version
+    job = await db_call(job_read, job_id)
+    if job is None:
+        return _no_store(JsonResponse({"error": "no such job"}, status=404))
+    if version is not None and job["version"] == version:
+        await counter_add(short_requests=1, short_empty=1)
+        return _no_store(HttpResponse(status=204))
+    await counter_add(short_requests=1)
+    return _no_store(JsonResponse(job))
+
+
+async def job_wait(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBase:
+    """Long poll: hold until the job's version differs from ``?version=``.
+
+    A client already behind is answered at once. Otherwise the answer waits up to
+    ``?timeout_ms=`` (default and cap from the settings) and is 204 when nothing
+    changed. The wait is a sleeping coroutine; ``ChangeHub`` looks for changes.
+    """
+    if (refused := _method_get(request)) is not None:
+        return refused
+    version = _whole(request.GET.get("version"), "version")
+    if isinstance(version, HttpResponseBase):
+        return version
+    default_ms, largest_ms = long_poll_limits_ms()
+    hold = _whole(request.GET.get("timeout_ms"), "timeout_ms")
+    if isinstance(hold, HttpResponseBase):
+        return hold
+    hold_ms = min(default_ms if hold is None else hold, largest_ms)
+    job = await db_call(job_read, job_id)
+    if job is None:
+        return _no_store(JsonResponse({"error": "no such job"}, status=404))
+    if version is None or job["version"] != version:
+        await counter_add(long_requests=1)
+        return _no_store(JsonResponse(job))
+    changed = await change_hub().job_changed(job_id, version, hold_ms / 1000)
+    if changed is False:
+        await counter_add(long_requests=1, long_empty=1)
+        return _no_store(HttpResponse(status=204))
+    fresh = None if changed is None else await db_call(job_read, job_id)
+    await counter_add(long_requests=1)
+    if fresh is None:
+        return _no_store(JsonResponse({"error": "no such job"}, status=404))
+    return _no_store(JsonResponse(fresh))
+
+
+def _last_event_id(request: HttpRequest) -> int | HttpResponseBase | None:
+    # The header (a reconnecting EventSource) wins over the query (the first
+    # connection of a page that knows where it stands: EventSource cannot set it).
+    header = request.headers.get("Last-Event-ID")
+    if header is not None and header.strip():
+        return _whole(header.strip(), "Last-Event-ID")
+    return _whole(request.GET.get("lastEventId"), "lastEventId")
+
+
+def _event_stream(stream: AsyncIterator[str]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(
+        stream, content_type="text/event-stream; charset=utf-8"
+    )
+    response["Cache-Control"] = "no-store"
+    # nginx and similar proxies would otherwise buffer the stream into one piece.
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def job_events(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBase:
+    """Job progress as server-sent events (``realtime.sse``)."""
+    if (refused := _method_get(request)) is not None:
+        return refused
+    last_id = _last_event_id(request)
+    if isinstance(last_id, HttpResponseBase):
+        return last_id
+    job = await db_call(job_read, job_id)
+    if job is None:
+        return _no_store(JsonResponse({"error": "no such job"}, status=404))
+    if job["finished"] and last_id == job["version"]:
+        # Nothing will ever follow; 204 stops EventSource from reconnecting.
+        return _no_store(HttpResponse(status=204))
+    return _event_stream(job_stream(job_id, last_id, job))
+
+
+async def branch_events(request: HttpRequest, branch_id: int) -> HttpResponseBase:
+    """A branch's loans, returns and corrections as server-sent events."""
+    if (refused := _method_get(request)) is not None:
+        return refused
+    last_id = _last_event_id(request)
+    if isinstance(last_id, HttpResponseBase):
+        return last_id
+    start = await db_call(branch_start, branch_id, last_id)
+    if start is None:
+        return _no_store(JsonResponse({"error": "no such branch"}, status=404))
+    return _event_stream(branch_stream(branch_id, last_id, start))
+
+
+async def realtime_metrics(request: HttpRequest) -> HttpResponseBase:
+    """Counters of every process (Redis) and this process's streams and waiters."""
+    if (refused := _method_get(request)) is not None:
+        return refused
+    hub = change_hub()
+    counters = await asyncio.to_thread(counters_read)
+    return _no_store(
+        JsonResponse(
+            {
+                "counters": counters,
+                "process": {
+                    "pid": os.getpid(),
+                    "open_streams": STREAMS.open,
+                    "streams_started": STREAMS.started,
+                    "waiting": hub.waiting,
+                    "hub_polls": hub.stats.polls,
+                },
+            }
+        )
+    )

@@ -1,0 +1,266 @@
+"""Waiting for a change without holding a database connection per waiter.
+
+Job progress and the outbox log change in other processes (rq workers, other
+daphnes), and ``jobs.services._bump`` writes with ``.update()``, which sends no
+signal. So a waiter cannot be told; it has to look. ``ChangeHub`` looks on behalf of
+every waiter of one event loop (one per daphne process):
+
+- each interval (``REALTIME_POLL_INTERVAL_MS``, 150 ms) while anyone waits, one
+  query reads the versions of every watched job, and one reads the log's head;
+- a waiter whose job version differs from the one it has, or whose log offset is
+  behind the head, is woken with the new value; the others keep sleeping;
+- the queries run on a small thread pool of this module (``DB_THREADS``) and close
+  their connection before returning, so an idle waiter, long poll or event stream,
+  holds no connection and no thread: the cost is one or two tiny queries per
+  interval per process, whatever the number of waiters.
+
+The counters of requests, empty answers, stream connections and events live in
+Redis (``counter_add``/``counters_read``), shared by every process on the database,
+so a lab can read what a server did. A Redis failure never fails a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import uuid
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+import redis
+import redis.asyncio
+from django.conf import settings
+from django.db import connection
+from django.db.models import Max
+from django.utils import timezone
+
+from jobs.models import JobStatus
+from jobs.selectors import jobstatus_payload
+from messaging.models import OutboxMessage
+
+log = logging.getLogger("realtime")
+
+T = TypeVar("T")
+
+DB_THREADS: Final = 4
+COUNTER_PREFIX: Final = "realtime:count:"
+COUNTERS: Final = (
+    "short_requests",
+    "short_empty",
+    "long_requests",
+    "long_empty",
+    "sse_connections",
+    "sse_events",
+    "sse_resets",
+)
+# On PostgreSQL an id is drawn at insert and a slow transaction can commit a lower
+# id after a higher one is visible; the log is read only up to messages older than
+# this, as messaging.streams does. SQLite commits one writer at a time.
+LOG_GRACE: Final = datetime.timedelta(seconds=1)
+
+_executor = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="realtime-db")
+
+
+def poll_interval_s() -> float:
+    return float(getattr(settings, "REALTIME_POLL_INTERVAL_MS", 150)) / 1000
+
+
+def long_poll_limits_ms() -> tuple[int, int]:
+    """Return (default hold, largest hold a client may ask for) in milliseconds."""
+    largest = int(getattr(settings, "REALTIME_LONG_POLL_MAX_MS", 30_000))
+    default = int(getattr(settings, "REALTIME_LONG_POLL_DEFAULT_MS", 25_000))
+    return min(default, largest), largest
+
+
+# --- reads: one short query each, connection closed afterwards ---------------------
+
+
+async def db_call(function: Callable[..., T], *args: Any) -> T:
+    """Run a database read on this module's pool; the connection is closed after.
+
+    Not ``sync_to_async(thread_sensitive=True)``: inside a request that would start
+    a thread per request, and with it a connection per open stream.
+    """
+
+    def closing() -> T:
+        try:
+            return function(*args)
+        finally:
+            connection.close()
+
+    return await asyncio.get_running_loop().run_in_executor(_executor, closing)
+
+
+def job_read(job_id: uuid.UUID) -> dict[str, Any] | None:
+    """Return the job's payload (``jobstatus_payload``), or None for an unknown id."""
+    job = JobStatus.objects.filter(pk=job_id).first()
+    return None if job is None else jobstatus_payload(job)
+
+
+def _job_versions(job_ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
+    rows = JobStatus.objects.filter(pk__in=job_ids).values_list("pk", "version")
+    return {pk: int(version) for pk, version in rows}
+
+
+def log_head() -> int:
+    """Return the highest offset of the outbox log that is safe to read (0: empty)."""
+    rows = OutboxMessage.objects.all()
+    if connection.vendor != "sqlite":
+        rows = rows.filter(created_at__lte=timezone.now() - LOG_GRACE)
+    head: int | None = rows.aggregate(n=Max("id"))["n"]
+    return head or 0
+
+
+def _poll_once(
+    job_ids: list[uuid.UUID], want_head: bool
+) -> tuple[dict[uuid.UUID, int], int | None]:
+    versions = _job_versions(job_ids) if job_ids else {}
+    return versions, (log_head() if want_head else None)
+
+
+# --- the hub -------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Waiter:
+    seen: int
+    future: asyncio.Future[int | None]
+
+
+@dataclass
+class HubStats:
+    polls: int = 0
+    failures: int = 0
+
+
+@dataclass
+class ChangeHub:
+    """Watch jobs and the log head for the waiters of one event loop."""
+
+    jobs: dict[uuid.UUID, list[_Waiter]] = field(default_factory=dict)
+    log: list[_Waiter] = field(default_factory=list)
+    stats: HubStats = field(default_factory=HubStats)
+    _task: asyncio.Task[None] | None = None
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(waiters) for waiters in self.jobs.values()) + len(self.log)
+
+    async def job_changed(
+        self, job_id: uuid.UUID, seen: int, timeout: float
+    ) -> int | bool | None:
+        """Wait until the job's version differs from ``seen``.
+
+        Return the new version, None when the job is gone, False on timeout.
+        """
+        waiter = _Waiter(seen, asyncio.get_running_loop().create_future())
+        self.jobs.setdefault(job_id, []).append(waiter)
+        self._start()
+        try:
+            return await asyncio.wait_for(waiter.future, timeout)
+        except TimeoutError:
+            return False
+        finally:
+            waiters = self.jobs.get(job_id, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters:
+                self.jobs.pop(job_id, None)
+
+    async def log_moved(self, after: int, timeout: float) -> int | None:
+        """Wait until the log's head passes ``after``; return it, or None on timeout."""
+        waiter = _Waiter(after, asyncio.get_running_loop().create_future())
+        self.log.append(waiter)
+        self._start()
+        try:
+            return await asyncio.wait_for(waiter.future, timeout)
+        except TimeoutError:
+            return None
+        finally:
+            if waiter in self.log:
+                self.log.remove(waiter)
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        """Poll while anyone waits, then end (the next waiter starts it again)."""
+        interval = poll_interval_s()
+        while self.jobs or self.log:
+            job_ids = list(self.jobs)
+            try:
+                versions, head = await db_call(_poll_once, job_ids, bool(self.log))
+            except Exception:  # a failed look only delays the waiters
+                self.stats.failures += 1
+                log.warning("realtime change poll failed", exc_info=True)
+                await asyncio.sleep(interval)
+                continue
+            self.stats.polls += 1
+            for job_id in job_ids:
+                current = versions.get(job_id)
+                for waiter in self.jobs.get(job_id, []):
+                    if current != waiter.seen and not waiter.future.done():
+                        waiter.future.set_result(current)
+            if head is not None:
+                for waiter in self.log:
+                    if head > waiter.seen and not waiter.future.done():
+                        waiter.future.set_result(head)
+            await asyncio.sleep(interval)
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ChangeHub] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def change_hub() -> ChangeHub:
+    """Return the hub of the running event loop (one per daphne process)."""
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        hub = _hubs[loop] = ChangeHub()
+    return hub
+
+
+# --- counters ------------------------------------------------------------------
+
+_redis_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _async_redis() -> Any:
+    loop = asyncio.get_running_loop()
+    client = _redis_clients.get(loop)
+    if client is None:
+        client = redis.asyncio.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=1.0
+        )
+        _redis_clients[loop] = client
+    return client
+
+
+async def counter_add(**amounts: int) -> None:
+    """Add to the shared counters; a Redis failure is logged, never raised."""
+    unknown = set(amounts) - set(COUNTERS)
+    if unknown:
+        raise ValueError(f"unknown realtime counters: {sorted(unknown)}")
+    try:
+        pipe = _async_redis().pipeline(transaction=False)
+        for name, amount in amounts.items():
+            pipe.incrby(COUNTER_PREFIX + name, amount)
+        await pipe.execute()
+    except (redis.RedisError, OSError):
+        log.warning("realtime counters not written", exc_info=True)
+
+
+def counters_read(client: redis.Redis | None = None) -> dict[str, int]:
+    """Return every counter (0 when never written), from any process."""
+    client = client or redis.Redis.from_url(settings.REDIS_URL)
+    values = client.mget([COUNTER_PREFIX + name for name in COUNTERS])
+    return {name: int(value or 0) for name, value in zip(COUNTERS, values, strict=True)}

@@ -1,0 +1,331 @@
+"""Server-sent events from a real daphne: fields, heartbeat, resume, reset, 400s.
+
+The heartbeat test runs the ASGI application in process, where the interval can be
+set short; the others read a real daphne with httpx's streaming client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from django.db import connection
+from django.test import override_settings
+
+from jobs.models import JobStatus
+from jobs.services import jobstatus_create, jobstatus_finish, jobstatus_progress
+from library.models import Book, Branch
+from library.services import stock_correct
+from messaging.models import LogRetention, OutboxMessage
+from realtime.sse import STREAMS
+from tests.processes import free_port, start_daphne, stop
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def library(redis_client) -> Branch:
+    branch = Branch.objects.create(id=1, name="Central", city="Ankara")
+    Book.objects.create(id=1, title="Dune", author="Herbert", branch=branch, on_shelf=2)
+    Branch.objects.create(id=2, name="Konak", city="Izmir")
+    Book.objects.create(id=2, title="Emma", author="Austen", branch_id=2, on_shelf=1)
+    return branch
+
+
+@pytest.fixture
+def job(library) -> JobStatus:
+    return jobstatus_create(kind="lab", name="sse-test", params={})
+
+
+@pytest.fixture
+def daphne(job):
+    port = free_port()
+    process = start_daphne(port)
+    try:
+        yield port, process
+    finally:
+        stop(process)
+
+
+@pytest.fixture
+def client(daphne) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=f"http://127.0.0.1:{daphne[0]}", timeout=20) as c:
+        yield c
+
+
+class Reader:
+    """Read one event stream block by block (a block ends with a blank line)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.lines = response.iter_lines()
+
+    def block(self) -> list[str]:
+        found: list[str] = []
+        for line in self.lines:
+            if line == "":
+                if found:
+                    return found
+                continue
+            found.append(line)
+        return found
+
+    def event(self) -> dict[str, str]:
+        """Return the next event's fields, skipping comments and ``retry:``."""
+        while True:
+            block = self.block()
+            if not block:
+                return {}
+            fields = dict(line.split(": ", 1) for line in block if ": " in line)
+            if "data" in fields:
+                return fields
+
+
+def recount(times: int) -> list[int]:
+    """Correct book 1's shelf count (same count) ``times`` times; return offsets."""
+    for _ in range(times):
+        stock_correct(book_id=1, on_shelf=2)
+    return list(
+        OutboxMessage.objects.order_by("-id").values_list("id", flat=True)[:times]
+    )[::-1]
+
+
+def metrics(client: httpx.Client) -> dict[str, object]:
+    return dict(client.get("/realtime/metrics").json()["process"])
+
+
+@pytest.mark.processes
+def test_job_stream_has_the_fields_headers_and_follows_progress(client, job):
+    url = f"/realtime/jobs/{job.pk}/events"
+    with client.stream("GET", url) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+        assert response.headers["cache-control"] == "no-store"
+        assert response.headers["x-accel-buffering"] == "no"
+        assert "content-length" not in response.headers
+        reader = Reader(response)
+        assert reader.block() == ["retry: 2000"]
+        assert reader.block() == [": heartbeat"]
+        first = reader.event()
+        assert (first["id"], first["event"]) == ("1", "job")
+        assert json.loads(first["data"])["state"] == "queued"
+        jobstatus_progress(job_id=job.pk, progress=50, message="half")
+        second = reader.event()
+        assert (second["id"], second["event"]) == ("2", "job")
+        assert json.loads(second["data"])["progress"] == 50.0
+        jobstatus_finish(job_id=job.pk, result={"ok": True})
+        last = reader.event()
+        assert last["id"] == "3"
+        assert json.loads(last["data"])["finished"] is True
+        assert reader.block() == []  # the server ends a finished job's stream
+    # A client that already has the final version is told to stop reconnecting.
+    done = client.get(url, headers={"Last-Event-ID": "3"})
+    assert done.status_code == 204
+
+
+@pytest.mark.processes
+def test_job_stream_resumes_and_resets(client, job):
+    url = f"/realtime/jobs/{job.pk}/events"
+    jobstatus_progress(job_id=job.pk, progress=30)  # version 2
+    # Behind: one event with the whole current state.
+    with client.stream("GET", url, headers={"Last-Event-ID": "1"}) as response:
+        event = Reader(response).event()
+        assert (event["id"], event["event"]) == ("2", "job")
+    # Current (query form, for a first connection): nothing until the next change.
+    with client.stream("GET", f"{url}?lastEventId=2") as response:
+        reader = Reader(response)
+        jobstatus_progress(job_id=job.pk, progress=60)
+        event = reader.event()
+        assert event["id"] == "3"
+        assert json.loads(event["data"])["progress"] == 60.0
+    # The header wins over the query (EventSource keeps the URL when reconnecting).
+    with client.stream(
+        "GET", f"{url}?lastEventId=1", headers={"Last-Event-ID": "99"}
+    ) as response:
+        event = Reader(response).event()
+        assert (event["id"], event["event"]) == ("3", "reset")
+        data = json.loads(event["data"])
+        assert (data["reason"], data["job"]["version"]) == ("unknown id", 3)
+
+
+@pytest.mark.processes
+def test_branch_stream_resumes_from_the_outbox_log(client, library):
+    Book.objects.filter(pk=2).update(on_shelf=1)
+    offsets = recount(3)
+    other = stock_correct(book_id=2, on_shelf=4)  # another branch: never sent
+    url = "/realtime/branches/1/events"
+    with client.stream(
+        "GET", url, headers={"Last-Event-ID": str(offsets[0] - 1)}
+    ) as response:
+        reader = Reader(response)
+        seen = [reader.event() for _ in range(3)]
+    assert [int(e["id"]) for e in seen] == offsets
+    assert {e["event"] for e in seen} == {"stock_corrected"}
+    assert json.loads(seen[0]["data"]) == {
+        "book_id": 1,
+        "branch_id": 1,
+        "on_shelf": 2,
+        "book_version": 2,
+    }
+    assert other.branch_id == 2
+    # Three more while nobody listens; resuming from the last id gets exactly them.
+    later = recount(3)
+    with client.stream("GET", url, headers={"Last-Event-ID": seen[-1]["id"]}) as resp:
+        reader = Reader(resp)
+        resumed = [reader.event() for _ in range(3)]
+        assert [int(e["id"]) for e in resumed] == later
+        # And live ones keep coming on the same connection.
+        (live,) = recount(1)
+        assert int(reader.event()["id"]) == live
+
+
+@pytest.mark.processes
+def test_branch_stream_without_id_gets_state_and_old_id_gets_reset(client, library):
+    offsets = recount(4)
+    with client.stream("GET", "/realtime/branches/1/events") as response:
+        event = Reader(response).event()
+    assert (int(event["id"]), event["event"]) == (offsets[-1], "state")
+    assert json.loads(event["data"])["total"] == 2
+    LogRetention.objects.update_or_create(
+        pk=1, defaults={"earliest_offset": offsets[2]}
+    )
+    # offsets[0] + 1 is gone: the events in between cannot be replayed.
+    with client.stream(
+        "GET", "/realtime/branches/1/events", headers={"Last-Event-ID": str(offsets[0])}
+    ) as response:
+        event = Reader(response).event()
+    assert (int(event["id"]), event["event"]) == (offsets[-1], "reset")
+    data = json.loads(event["data"])
+    assert data["reason"] == "older than the log keeps"
+    assert data["state"]["books"] == {"1": 2}
+    # offsets[1] + 1 is still kept: a plain resume.
+    with client.stream(
+        "GET", "/realtime/branches/1/events", headers={"Last-Event-ID": str(offsets[1])}
+    ) as response:
+        event = Reader(response).event()
+    assert (int(event["id"]), event["event"]) == (offsets[2], "stock_corrected")
+    # Beyond the head: unknown.
+    with client.stream(
+        "GET", "/realtime/branches/1/events", headers={"Last-Event-ID": "999999"}
+    ) as response:
+        event = Reader(response).event()
+    assert event["event"] == "reset"
+    assert json.loads(event["data"])["reason"] == "unknown id"
+
+
+@pytest.mark.processes
+def test_bad_last_event_ids_get_a_clear_400(client, job):
+    for url in (f"/realtime/jobs/{job.pk}/events", "/realtime/branches/1/events"):
+        for bad in ("abc", "-3", "1e3", "7" * 30, "٣".encode()):
+            answer = client.get(url, headers={"Last-Event-ID": bad})
+            assert answer.status_code == 400, (url, bad)
+            assert answer.json()["error"] == (
+                "Last-Event-ID must be a whole number (0 or more)"
+            )
+        answer = client.get(f"{url}?lastEventId=x")
+        assert answer.status_code == 400
+        assert "lastEventId" in answer.json()["error"]
+    assert client.get("/realtime/branches/99/events").status_code == 404
+    missing = "/realtime/jobs/00000000-0000-0000-0000-000000000000/events"
+    assert client.get(missing).status_code == 404
+
+
+def _db_descriptors(pid: int, database: str) -> int:
+    count = 0
+    for entry in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(entry).startswith(database):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.processes
+def test_vanished_clients_leave_no_stream_and_idle_streams_hold_no_connection(
+    daphne, client, job
+):
+    port, process = daphne
+    base = f"http://127.0.0.1:{port}"
+    urls = [f"{base}/realtime/jobs/{job.pk}/events"] * 10
+    urls += [f"{base}/realtime/branches/1/events"] * 10
+    clients = [httpx.Client(timeout=20) for _ in urls]
+    streams = []
+    readers = []  # a dropped line iterator would close its response
+    try:
+        for one, url in zip(clients, urls, strict=True):
+            stream = one.stream("GET", url)
+            readers.append(Reader(stream.__enter__()))
+            streams.append(stream)
+            assert readers[-1].event()["event"] in ("job", "state")
+        assert metrics(client)["open_streams"] == 20
+        if connection.vendor == "sqlite":
+            database = str(connection.settings_dict["NAME"])
+            samples = []
+            for _ in range(10):
+                samples.append(_db_descriptors(process.pid, database))
+                time.sleep(0.1)
+            # At most the hub's one connection (file, -wal, -shm) at any moment.
+            assert max(samples) <= 3, samples
+    finally:
+        for stream in streams:
+            stream.__exit__(None, None, None)
+        for one in clients:
+            one.close()
+    deadline = time.monotonic() + 10
+    while metrics(client)["open_streams"] != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert metrics(client)["open_streams"] == 0
+    assert metrics(client)["streams_started"] == 20
+
+
+async def _receive_body(app: ApplicationCommunicator, timeout: float) -> str:
+    message = await app.receive_output(timeout)
+    if message["type"] == "http.response.start":
+        message = await app.receive_output(timeout)
+    return bytes(message.get("body", b"")).decode()
+
+
+@override_settings(REALTIME_SSE_HEARTBEAT_S=0.2)
+async def test_heartbeat_comes_at_a_random_interval_and_disconnect_stops_it(job):
+    from config.asgi import application
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": f"/realtime/jobs/{job.pk}/events",
+        "raw_path": f"/realtime/jobs/{job.pk}/events".encode(),
+        "query_string": b"lastEventId=1",
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+    app = ApplicationCommunicator(application, scope)
+    await app.send_input({"type": "http.request", "body": b"", "more_body": False})
+    assert await _receive_body(app, 5) == "retry: 2000\n\n"
+    assert await _receive_body(app, 5) == ": heartbeat\n\n"
+    assert STREAMS.open == 1
+    gaps = []
+    last = time.monotonic()
+    for _ in range(3):
+        assert await _receive_body(app, 5) == ": heartbeat\n\n"
+        now = time.monotonic()
+        gaps.append(now - last)
+        last = now
+    # 1.0-1.2 times the interval, plus a little scheduling.
+    assert all(0.18 <= gap < 0.6 for gap in gaps), gaps
+    await app.send_input({"type": "http.disconnect"})
+    deadline = time.monotonic() + 5
+    while STREAMS.open and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert STREAMS.open == 0
+    await app.wait(timeout=5)
