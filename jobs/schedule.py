@@ -263,6 +263,13 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
         queue="messaging",
     ),
     PeriodicTask(
+        # Abandoned rq jobs retried or failed, dead lab runs marked failed
+        # (jobs.supervision).
+        name="rq_maintenance",
+        func="jobs.supervision.rq_maintenance",
+        recurrence=Every.minutes(1),
+    ),
+    PeriodicTask(
         name="jobstatus_prune",
         func="jobs.tasks.jobstatus_prune",
         recurrence=Every.minutes(60),
