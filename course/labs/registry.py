@@ -20,9 +20,11 @@ from course.labs import (
     message_queues,
     ordering,
     poison_messages,
+    polling_approaches,
     publish_subscribe,
     rationale,
     scheduled_tasks,
+    server_sent_events,
     streams_vs_queues,
     worker_processes,
 )
@@ -48,6 +50,8 @@ _ALL: tuple[Lab, ...] = (
     worker_processes.LAB,
     scheduled_tasks.LAB,
     long_running_jobs.LAB,
+    polling_approaches.LAB,
+    server_sent_events.LAB,
 )
 
 LABS: dict[str, Lab] = {lab.slug: lab for lab in _ALL}

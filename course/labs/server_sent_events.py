@@ -1,0 +1,224 @@
+"""Lab for "Server-Sent Events": a stream cut, then resumed with Last-Event-ID.
+
+Model part: the lesson's ``sse.mjs`` and its reading script. The server has six
+events (ids 1 to 6); the first connection is cut after ``cut`` events (0: not cut);
+the second connection sends the id of the last event the client received as
+``Last-Event-ID`` (what a reconnecting ``EventSource`` sends; the lesson writes the
+3 it saw) and gets every later event. ``stream`` has one row per connection: the
+events it carried and the last id the client holds after it; ``totals`` the sums.
+
+Live part: the same exchange with this project's branch stream
+(``/realtime/branches/<id>/events``) on a daphne the lab starts. Six real outbox
+messages are written while the lab follows, by ``library.services.stock_correct``
+setting a book's shelf count to the count it already has (a recount: the number
+on the shelf does not change). The first ``cut`` are written while the first
+connection is open and read from it; the client then closes it; the rest are written
+with nobody listening and come back on the second connection, replayed from the
+outbox log after the offset the client sends. ``last_event_id`` is the real log
+offset; ``events_held`` counts the run's events the client has, the course's ids.
+The connection and event counts are the server's own counters (Redis deltas).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Final
+
+from course.labs.base import (
+    Cell,
+    Chart,
+    Lab,
+    LabError,
+    Param,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
+
+EVENT_IDS: Final = (1, 2, 3, 4, 5, 6)
+
+
+@dataclass(frozen=True)
+class Connection:
+    events: list[int]
+    last_event_id: int
+
+
+def connect(last_event_id: int, cut: int) -> Connection:
+    """Return what one connection to ``sse.mjs`` carries (cut 0: no cut)."""
+    sent: list[int] = []
+    for event_id in EVENT_IDS:
+        if event_id <= last_event_id:
+            continue
+        if cut and len(sent) == cut:
+            break
+        sent.append(event_id)
+    return Connection(sent, sent[-1] if sent else last_event_id)
+
+
+def model(params: Params, progress: Progress) -> Tables:
+    cut = int_param(params, "cut")
+    progress(0.2, "first connection, cut by the server")
+    first = connect(0, cut)
+    progress(0.5, "second connection, resumed with Last-Event-ID")
+    second = connect(first.last_event_id, 0)
+    rows: list[list[Cell]] = [
+        [index, len(c.events), c.last_event_id]
+        for index, c in enumerate((first, second), start=1)
+    ]
+    return {
+        "stream": table(["connection", "events", "last_event_id"], rows),
+        "totals": table(
+            ["connections", "events"], [[2, len(first.events) + len(second.events)]]
+        ),
+    }
+
+
+# --- live ----------------------------------------------------------------------
+
+READ_TIMEOUT_S: Final = 15.0
+
+
+def _events(lines: object, count: int) -> list[dict[str, str]]:
+    """Read ``count`` events (blocks with data) from an iterator of lines."""
+    found: list[dict[str, str]] = []
+    fields: dict[str, str] = {}
+    for line in lines:  # type: ignore[attr-defined]
+        if line == "":
+            if "data" in fields:
+                found.append(fields)
+                if len(found) == count:
+                    return found
+            fields = {}
+        elif not line.startswith(":") and ": " in line:
+            name, value = line.split(": ", 1)
+            fields[name] = value
+    raise LabError(f"live: the stream ended after {len(found)} of {count} events")
+
+
+def _wait_closed(client: object) -> None:
+    import time
+
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while time.monotonic() < deadline:
+        answer = client.get("/realtime/metrics")  # type: ignore[attr-defined]
+        if answer.json()["process"]["open_streams"] == 0:
+            return
+        time.sleep(0.05)
+    raise LabError("live: the server still writes to the cut connection")
+
+
+def live(params: Params, progress: Progress) -> Tables:
+    import httpx
+
+    from course.labs.live import live_step
+    from course.labs.live_http import client_for, daphnes
+    from library.models import Book
+    from library.services import stock_correct
+    from realtime.polling import counters_read, log_head
+
+    cut = int_param(params, "cut")
+    first_count = cut if 0 < cut < len(EVENT_IDS) else len(EVENT_IDS)
+    book = Book.objects.order_by("branch_id", "id").first()
+    if book is None:
+        raise LabError("live: the library has no books; run manage.py seed_library")
+    branch = book.branch_id
+
+    def recount() -> None:
+        current = Book.objects.get(pk=book.pk).on_shelf
+        stock_correct(book_id=book.pk, on_shelf=current)
+
+    url = f"/realtime/branches/{branch}/events"
+    start = log_head()
+    timeout = httpx.Timeout(30.0, read=READ_TIMEOUT_S)
+    with daphnes(progress, ["on"]) as servers, client_for(servers[0]) as client:
+        before = counters_read()
+        live_step(progress, 0.3, f"first connection: {first_count} events, then cut")
+        headers = {"Last-Event-ID": str(start)}
+        with client.stream("GET", url, headers=headers, timeout=timeout) as response:
+            if response.status_code != 200:
+                raise LabError(f"live: the stream answered {response.status_code}")
+            lines = response.iter_lines()
+            first: list[dict[str, str]] = []
+            for _ in range(first_count):
+                recount()
+                first += _events(lines, 1)
+        # Written only once the server has seen the cut, so none goes to the old one.
+        _wait_closed(client)
+        live_step(progress, 0.6, "events written while nobody listens")
+        for _ in range(len(EVENT_IDS) - first_count):
+            recount()
+        last = first[-1]["id"] if first else str(start)
+        live_step(progress, 0.7, f"second connection: Last-Event-ID {last}")
+        second: list[dict[str, str]] = []
+        rest = len(EVENT_IDS) - first_count
+        with client.stream(
+            "GET", url, headers={"Last-Event-ID": last}, timeout=timeout
+        ) as response:
+            if rest:
+                second = _events(response.iter_lines(), rest)
+        after = counters_read()
+    connections = [first, second]
+    rows: list[list[Cell]] = []
+    received = 0  # the run's events the client holds: the course's ids
+    for index, events in enumerate(connections, start=1):
+        kinds = {e.get("event") for e in events}
+        if events and kinds != {"stock_corrected"}:
+            raise LabError(f"live: unexpected events {sorted(map(str, kinds))}")
+        received += len(events)
+        held = int(events[-1]["id"]) if events else int(last)
+        rows.append([index, len(events), held, received])
+    for events in connections:
+        for event in events:
+            if json.loads(event["data"]).get("branch_id") != branch:
+                raise LabError("live: an event of another branch came on the stream")
+    return {
+        "live_stream": table(
+            ["connection", "events", "last_event_id", "events_held"], rows
+        ),
+        "live_totals": table(
+            ["connections", "events", "server_connections", "server_events"],
+            [
+                [
+                    len(connections),
+                    sum(len(e) for e in connections),
+                    after["sse_connections"] - before["sse_connections"],
+                    after["sse_events"] - before["sse_events"],
+                ]
+            ],
+        ),
+    }
+
+
+LAB = Lab(
+    slug="server-sent-events",
+    title="Server-Sent Events",
+    params=(
+        Param(
+            "cut",
+            "int",
+            3,
+            "events before the first connection is cut (0: not cut)",
+            minimum=0,
+            maximum=6,
+        ),
+    ),
+    model=model,
+    live=live,
+    charts=(
+        Chart(
+            table="stream",
+            label="connection",
+            values=("events",),
+            title="Events per connection",
+            unit="events",
+        ),
+    ),
+    notes=(
+        "The live part starts a daphne of this project and follows a branch's "
+        "event stream; the six events are real outbox messages (shelf recounts)."
+    ),
+)
