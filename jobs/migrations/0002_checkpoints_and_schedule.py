@@ -4,53 +4,55 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0001_initial'),
+        ("jobs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ScheduledTaskState',
+            name="ScheduledTaskState",
             fields=[
-                ('name', models.CharField(max_length=60, primary_key=True, serialize=False)),
-                ('next_run_at', models.DateTimeField(blank=True, null=True)),
-                ('last_run_at', models.DateTimeField(blank=True, null=True)),
-                ('last_started_at', models.DateTimeField(blank=True, null=True)),
-                ('last_finished_at', models.DateTimeField(blank=True, null=True)),
-                ('last_outcome', models.CharField(blank=True, max_length=200)),
-                ('runs_total', models.PositiveIntegerField(default=0)),
-                ('skipped_total', models.PositiveIntegerField(default=0)),
-                ('missed_total', models.PositiveIntegerField(default=0)),
+                (
+                    "name",
+                    models.CharField(max_length=60, primary_key=True, serialize=False),
+                ),
+                ("next_run_at", models.DateTimeField(blank=True, null=True)),
+                ("last_run_at", models.DateTimeField(blank=True, null=True)),
+                ("last_started_at", models.DateTimeField(blank=True, null=True)),
+                ("last_finished_at", models.DateTimeField(blank=True, null=True)),
+                ("last_outcome", models.CharField(blank=True, max_length=200)),
+                ("runs_total", models.PositiveIntegerField(default=0)),
+                ("skipped_total", models.PositiveIntegerField(default=0)),
+                ("missed_total", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'verbose_name': 'scheduled task',
-                'ordering': ['name'],
+                "verbose_name": "scheduled task",
+                "ordering": ["name"],
             },
         ),
         migrations.AddField(
-            model_name='jobstatus',
-            name='cancel_reason',
+            model_name="jobstatus",
+            name="cancel_reason",
             field=models.CharField(blank=True, max_length=100),
         ),
         migrations.AddField(
-            model_name='jobstatus',
-            name='cancel_requested_at',
+            model_name="jobstatus",
+            name="cancel_requested_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='jobstatus',
-            name='checkpoint',
+            model_name="jobstatus",
+            name="checkpoint",
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='jobstatus',
-            name='lease_owner',
+            model_name="jobstatus",
+            name="lease_owner",
             field=models.CharField(blank=True, max_length=100),
         ),
         migrations.AddField(
-            model_name='jobstatus',
-            name='leased_until',
+            model_name="jobstatus",
+            name="leased_until",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]
