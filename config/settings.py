@@ -160,6 +160,16 @@ CHANNEL_LAYERS = {
         },
     }
 }
+# LIBRARY_CHANNEL_LAYER=memory swaps in channels' in-process layer: a group message
+# then reaches only the process that sent it. Only the broadcast lab runs that way,
+# to show what a second instance misses; every deployment keeps "redis".
+CHANNEL_LAYER = env_str("LIBRARY_CHANNEL_LAYER", "redis").strip().lower()
+if CHANNEL_LAYER == "memory":
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+elif CHANNEL_LAYER != "redis":
+    raise ImproperlyConfigured(
+        f"LIBRARY_CHANNEL_LAYER must be redis or memory, not {CHANNEL_LAYER!r}"
+    )
 
 # --- Auth, sessions, security -------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 from django.db.models import Count, Sum
@@ -26,6 +25,7 @@ from library.models import (
 )
 from messaging.models import OutboxMessage
 from messaging.registry import MessageType
+from realtime.accounting import broadcasts_send
 
 _TEXTS = {
     MessageType.LOAN_ISSUED: "You borrowed “{title}”. Enjoy the read!",
@@ -135,12 +135,8 @@ def broadcast_flush() -> None:
     layer = get_channel_layer()
     if not events or layer is None:
         return
-
-    async def send_all() -> None:
-        for event in events:
-            await layer.group_send(f"branch-{event['branch']}", event)
-
-    async_to_sync(send_all)()
+    # Sent in one event loop and counted per group (realtime.accounting).
+    broadcasts_send(layer, [(f"branch-{event['branch']}", event) for event in events])
 
 
 def invalidate_caches(message: OutboxMessage) -> None:

@@ -4,6 +4,9 @@ LiveStockConsumer serves /ws/branches/<id>/stock/: a snapshot with a version on
 connect, then the branch's updates as the broadcast subscription sends them. The
 channel layer may drop a message, so every update carries the branch's stock version;
 a client that sees a gap asks for a new snapshot.
+
+Each forwarded update is counted per group (``realtime.accounting``), and the
+consumer leaves its group on every way out, so membership does not leak.
 """
 
 from __future__ import annotations
@@ -20,12 +23,16 @@ from library.errors import LibraryError
 from library.models import Book, Branch
 from library.services import stock_correct
 from library.subscribers import branch_stock_state
+from realtime.accounting import delivery_record
 
 log = logging.getLogger("realtime")
 
 MAX_FRAME_BYTES = 4096
 MAX_SHELF_COUNT = 10_000
-CLOSE_TOO_BIG = 1009
+# 1009 is the protocol's "message too big", but daphne (autobahn) lets an application
+# send only 1000 or 3000-4999 and turns anything else into 1011; 4009 says the same
+# in the application's range.
+CLOSE_TOO_BIG = 4009
 CLOSE_NOT_FOUND = 4404
 
 
@@ -68,11 +75,20 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         if not await database_sync_to_async(_branch_exists)(self.branch_id):
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        # Subscribed before the snapshot is read, so no update falls between them.
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
-        await self._send(await database_sync_to_async(_snapshot)(self.branch_id))
+        try:
+            await self.accept()
+            await self._send(await database_sync_to_async(_snapshot)(self.branch_id))
+        except BaseException:
+            # A consumer whose connect raises never gets disconnect(): leave the
+            # group here, or its channel name stays in it for a day (group_expiry).
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+            raise
 
     async def disconnect(self, code: int) -> None:
+        # Every way out passes here (close by either side, a lost socket), so the
+        # group never keeps a channel nobody reads (realtime.accounting.group_size).
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -134,6 +150,7 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
     async def stock_update(self, event: dict[str, Any]) -> None:
         """Forward a broadcast of the channel layer (group message stock.update)."""
         await self._send({**event, "type": "update"})
+        await delivery_record(self.group)
 
     async def _error(self, message: str, *, code: str = "bad_request") -> None:
         await self._send({"type": "error", "code": code, "error": message})

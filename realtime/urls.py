@@ -1,6 +1,6 @@
 from django.urls import path
 
-from realtime import views
+from realtime import lab_views, streaming, upgrade, views
 
 urlpatterns = [
     path("branches/<int:branch_id>/live/", views.branch_live, name="branch-live"),
@@ -18,4 +18,7 @@ urlpatterns = [
         name="realtime-branch-events",
     ),
     path("realtime/metrics", views.realtime_metrics, name="realtime-metrics"),
+    path("realtime/reports/loans.csv", streaming.loans_csv, name="report-loans-csv"),
+    path("_lab/broadcast/<int:branch_id>/", lab_views.lab_broadcast),
+    *upgrade.urlpatterns,
 ]

@@ -105,7 +105,7 @@ async def test_oversized_frame_closes_the_socket(branch):
     await ws.receive_json_from()
     await ws.send_to(text_data=json.dumps({"action": "snapshot", "pad": "x" * 5000}))
     closed = await ws.receive_output()
-    assert closed == {"type": "websocket.close", "code": 1009}
+    assert closed == {"type": "websocket.close", "code": 4009}
 
 
 async def test_visitor_cannot_correct_a_count(branch):

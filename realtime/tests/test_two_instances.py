@@ -151,7 +151,8 @@ def test_foreign_origin_is_refused_by_a_real_server(one_server):
 
 def test_plain_http_to_the_socket_route_is_not_a_500(one_server):
     response = httpx.get(f"http://127.0.0.1:{one_server}/ws/branches/1/stock/")
-    assert response.status_code == 404
+    assert response.status_code == 426  # realtime.upgrade
+    assert response.headers["upgrade"] == "websocket"
 
 
 def shelf_count(page, book_id: int) -> int:

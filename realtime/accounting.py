@@ -1,0 +1,143 @@
+"""Broadcast accounting: what was sent to a group, what reached a socket, who listens.
+
+Two Redis hashes, one field per group, shared by every process on the database:
+
+- ``realtime:broadcasts`` counts group messages sent (``broadcasts_send``, which the
+  outbox's ``broadcast_flush`` uses);
+- ``realtime:deliveries`` counts frames a consumer wrote to its socket for a group
+  message (``delivery_record``).
+
+Their ratio is the fan-out actually achieved: a broadcast that reached nobody (no
+member, or members on an instance the layer does not reach) shows as a broadcast
+with no delivery, the failure the lesson warns produces no error.
+
+``group_size`` reads a group's membership where the layer keeps it: channels_redis
+stores each group as a sorted set ``<prefix>:group:<name>``; the in-process layer
+keeps a dict in this process. A consumer that forgets ``group_discard`` leaves its
+channel name in that set until ``group_expiry`` (a day), which is the leak the
+tests look for.
+
+Counting never breaks what it counts: a Redis error is logged and the message or
+the frame goes out all the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import Any, Final
+
+import redis
+import redis.asyncio as aioredis
+from asgiref.sync import async_to_sync
+from django.conf import settings
+
+log = logging.getLogger("realtime")
+
+BROADCASTS_KEY: Final = "realtime:broadcasts"
+DELIVERIES_KEY: Final = "realtime:deliveries"
+
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@cache
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
+def redis_client() -> redis.Redis:
+    """Return this process's client of the project's Redis database."""
+    return _client(settings.REDIS_URL)
+
+
+def _async_client() -> aioredis.Redis:
+    # One client per event loop: a pooled connection belongs to the loop that made it.
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        client = aioredis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
+        )
+        _async_clients[loop] = client
+    return client
+
+
+def broadcasts_record(groups: Iterable[str]) -> None:
+    """Count one broadcast per entry of ``groups``, in one round trip."""
+    groups = list(groups)
+    if not groups:
+        return
+    try:
+        with redis_client().pipeline(transaction=False) as pipe:
+            for group in groups:
+                pipe.hincrby(BROADCASTS_KEY, group, 1)
+            pipe.execute()
+    except redis.RedisError as error:
+        log.warning("broadcast counters not updated (%d sends): %s", len(groups), error)
+
+
+def broadcasts_send(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """Send each ``(group, event)`` on ``layer`` in one event loop; count the sends.
+
+    Call from synchronous code (a worker's drain, a sync view). A send that raises
+    stops the rest and propagates; the ones already made are counted first.
+    """
+    sent: list[str] = []
+
+    async def send_all() -> None:
+        for group, event in messages:
+            await layer.group_send(group, event)
+            sent.append(group)
+
+    try:
+        async_to_sync(send_all)()
+    finally:
+        broadcasts_record(sent)
+
+
+async def delivery_record(group: str) -> None:
+    """Count one frame written to a socket for a message of ``group``."""
+    try:
+        await _async_client().hincrby(DELIVERIES_KEY, group, 1)
+    except (redis.RedisError, OSError) as error:
+        log.warning("delivery counter of %s not updated: %s", group, error)
+
+
+def counters_read(groups: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
+    """Return ``{group: {"broadcasts": n, "deliveries": m}}`` (every group if None)."""
+    client = redis_client()
+    with client.pipeline(transaction=False) as pipe:
+        pipe.hgetall(BROADCASTS_KEY)
+        pipe.hgetall(DELIVERIES_KEY)
+        sent, delivered = pipe.execute()
+    sent = {k.decode(): int(v) for k, v in sent.items()}
+    delivered = {k.decode(): int(v) for k, v in delivered.items()}
+    names = sorted(set(sent) | set(delivered)) if groups is None else list(groups)
+    return {
+        name: {"broadcasts": sent.get(name, 0), "deliveries": delivered.get(name, 0)}
+        for name in names
+    }
+
+
+def group_key(group: str) -> str:
+    """Return the Redis key under which channels_redis keeps ``group``'s members."""
+    layer: dict[str, Any] = settings.CHANNEL_LAYERS["default"]
+    prefix = layer.get("CONFIG", {}).get("prefix", "asgi")
+    return f"{prefix}:group:{group}"
+
+
+def group_size(group: str, layer: Any = None) -> int:
+    """Return how many channels are members of ``group`` on the configured layer.
+
+    For the in-process layer pass the process's ``layer``; without one, the Redis
+    layer's sorted set is read.
+    """
+    groups = getattr(layer, "groups", None)
+    if isinstance(groups, dict):
+        return len(groups.get(group, {}))
+    return int(redis_client().zcard(group_key(group)))
