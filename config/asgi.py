@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP through Django, WebSocket through Channels.
+"""ASGI entry point: HTTP through admission control to Django, WebSocket to Channels.
 
 WebSocket connections pass the allowed-hosts origin check and session authentication
 before any consumer sees them.
@@ -16,13 +16,15 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from config.admission import http_stack  # noqa: E402
 from library.cache.pages import PageTierASGI  # noqa: E402
 from realtime.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # Stored anonymous pages are answered here, without entering Django.
-        "http": PageTierASGI(django_asgi_app),
+        # Admission control sheds overload first (config.admission); stored
+        # anonymous pages are then answered without entering Django.
+        "http": http_stack(PageTierASGI(django_asgi_app)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
 import django_rq
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -12,6 +13,7 @@ from django.db import transaction
 from course.labs.base import Lab, LabError, NoLivePart, Params, Progress
 from course.labs.registry import lab_get
 from course.selectors import LAB_JOB_KIND, lab_job_get
+from jobs.backpressure import Admission, BoundedQueue
 from jobs.models import JobStatus
 from jobs.services import (
     jobstatus_create,
@@ -23,7 +25,18 @@ from jobs.services import (
 
 logger = logging.getLogger(__name__)
 
+
+class LabQueueFull(LabError):
+    """The bounded labs queue refused the run (backpressure); retry later."""
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 LAB_QUEUE = "labs"
+# Retry-After of a lab run refused because the bounded labs queue is full.
+LAB_QUEUE_RETRY_AFTER_S = 5
 # Progress below this share is the bookkeeping before the model starts.
 _MODEL_START, _MODEL_SPAN = 5.0, 90.0
 # With the live part: the model gets the first share, the live steps the rest.
@@ -40,11 +53,12 @@ def lab_run_enqueue(
     user: AbstractBaseUser | AnonymousUser | None = None,
     live: bool = False,
 ) -> JobStatus:
-    """Record a queued lab run and enqueue it on the ``labs`` queue.
+    """Record a queued lab run and enqueue it on the bounded ``labs`` queue.
 
-    The row and the enqueue share one transaction: with COMMIT_MODE "on_db_commit"
-    django-rq sends the job to Redis only after the commit, so a worker never looks
-    for a row that is not visible yet, and a rollback sends nothing.
+    The job is offered to Redis only after the row commits, so a worker never looks
+    for a row that is not visible yet, and a rollback sends nothing. The queue is
+    bounded (``jobs.backpressure``, drop_newest, ``LAB_QUEUE_CAPACITY`` waiting
+    runs): a refused run is marked failed and ``LabQueueFull`` is raised.
 
     With ``live`` the run also measures the live system (it starts worker processes
     and writes rows); who may ask for that is the caller's decision.
@@ -57,14 +71,46 @@ def lab_run_enqueue(
     stored: dict[str, object] = dict(checked)
     if live:
         stored[LIVE_KEY] = True
+    admissions: list[Admission] = []
+
+    def send() -> None:
+        admissions.append(_lab_run_admit(job, run_lab))
+
     with transaction.atomic():
         job = jobstatus_create(
             kind=LAB_JOB_KIND, name=lab.slug, params=stored, user=user
         )
-        django_rq.get_queue(LAB_QUEUE).enqueue(
-            run_lab, str(job.id), job_id=f"lab-{job.id}", description=f"lab {lab.slug}"
+        transaction.on_commit(send)
+    if admissions and not admissions[0].accepted:
+        raise LabQueueFull(
+            "The lab queue is full; try again in a few seconds.",
+            retry_after_s=LAB_QUEUE_RETRY_AFTER_S,
         )
     return job
+
+
+def _lab_run_admit(job: JobStatus, run_lab: Callable[[str], None]) -> Admission:
+    """Offer the run to the bounded ``labs`` queue; a refused run is marked failed.
+
+    Runs after the commit (the row is visible to the worker), so the place taken
+    is never one of a rolled-back run.
+    """
+    from django.conf import settings
+
+    bounded = BoundedQueue(
+        django_rq.get_queue(LAB_QUEUE, commit_mode="auto"),
+        capacity=settings.LAB_QUEUE_CAPACITY,
+        policy="drop_newest",
+    )
+    admission = bounded.enqueue(
+        run_lab, str(job.id), job_id=f"lab-{job.id}", description=f"lab {job.name}"
+    )
+    if not admission.accepted:
+        logger.warning("lab run %s refused: the labs queue is full", job.id)
+        jobstatus_fail(
+            job_id=job.id, error="The lab queue was full; run the lab again shortly."
+        )
+    return admission
 
 
 def lab_run_execute(*, job_id: uuid.UUID) -> None:

@@ -15,7 +15,7 @@ from course.labs.base import Lab
 from course.labs.registry import lab_find
 from course.lessons import Lesson, lesson_get
 from course.selectors import course_outline, lab_job_get
-from course.services import LIVE_KEY, lab_run_enqueue
+from course.services import LIVE_KEY, LabQueueFull, lab_run_enqueue
 from jobs.selectors import jobstatus_payload
 
 
@@ -134,9 +134,19 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
             errors = {name: list(messages) for name, messages in form.errors.items()}
             return JsonResponse({"errors": errors}, status=status)
         return _render_lesson(request, lesson, lab, form, status=status)
-    job = lab_run_enqueue(
-        lab=lab, params=form.params, user=request.user, live=form.live
-    )
+    try:
+        job = lab_run_enqueue(
+            lab=lab, params=form.params, user=request.user, live=form.live
+        )
+    except LabQueueFull as full:
+        # Backpressure reaches the user as a quick, temporary refusal.
+        if _wants_json(request):
+            refused: HttpResponse = JsonResponse({"error": str(full)}, status=503)
+        else:
+            form.add_error(None, str(full))
+            refused = _render_lesson(request, lesson, lab, form, status=503)
+        refused["Retry-After"] = str(full.retry_after_s)
+        return refused
     lesson_url = f"{reverse('course-lesson', args=[slug])}?job={job.id}"
     if _wants_json(request):
         status_url = reverse("jobstatus-status", args=[job.id])

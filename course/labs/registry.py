@@ -7,6 +7,7 @@ Adding a lab: write ``course/labs/<name>.py`` exposing ``LAB = Lab(...)`` and ad
 from __future__ import annotations
 
 from course.labs import (
+    backpressure,
     cache_key_design,
     cache_layers,
     cache_metrics,
@@ -16,6 +17,7 @@ from course.labs import (
     hot_key,
     http_caching,
     invalidation,
+    load_shedding,
     long_running_jobs,
     message_queues,
     ordering,
@@ -50,6 +52,8 @@ _ALL: tuple[Lab, ...] = (
     worker_processes.LAB,
     scheduled_tasks.LAB,
     long_running_jobs.LAB,
+    backpressure.LAB,
+    load_shedding.LAB,
     polling_approaches.LAB,
     server_sent_events.LAB,
 )

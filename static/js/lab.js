@@ -173,11 +173,13 @@
     if (run !== current) return;
     let response;
     try {
-      response = await fetch(statusUrl(run.id, run.version), {
+      // retry.js: a shed answer (503, Retry-After) is retried with backoff and jitter.
+      const get = window.fetchWithRetry || ((url, init) => fetch(url, init));
+      response = await get(statusUrl(run.id, run.version), {
         headers: { Accept: "application/json" },
         credentials: "same-origin",
         cache: "no-store",
-      });
+      }, { attempts: 4 });
     } catch (error) {
       if (run === current) backoff(run, "Connection lost");
       return;

@@ -1,0 +1,160 @@
+"""Bounded enqueue in front of a real rq queue: the three policies and the counts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import django_rq
+import pytest
+from rq import Queue, SimpleWorker
+from rq.job import Job, JobStatus
+
+from jobs.backpressure import BoundedQueue, buffer_stats
+
+DONE: list[int] = []
+
+
+def record(n: int) -> None:
+    DONE.append(n)
+
+
+@pytest.fixture
+def queue(redis_client) -> Queue:
+    DONE.clear()
+    return Queue("bp-test", connection=django_rq.get_connection("default"))
+
+
+def drain(queue: Queue) -> None:
+    worker: Any = SimpleWorker([queue], connection=queue.connection)
+    worker.work(burst=True)
+
+
+def offer(bounded: BoundedQueue, n: int) -> Any:
+    return bounded.enqueue(record, n, job_id=f"job-{n}")
+
+
+def test_drop_newest_refuses_the_new_job_and_says_which(queue):
+    bounded = BoundedQueue(queue, capacity=2, policy="drop_newest")
+    answers = [offer(bounded, n) for n in range(4)]
+    assert [a.outcome for a in answers] == [
+        "accepted",
+        "accepted",
+        "dropped",
+        "dropped",
+    ]
+    assert answers[3].dropped_job_id == "job-3"
+    assert queue.job_ids == ["job-0", "job-1"]
+    drain(queue)
+    assert DONE == [0, 1]
+    stats = buffer_stats(queue.connection, "bp-test")
+    assert (stats["produced"], stats["delivered"], stats["dropped"]) == (4, 2, 2)
+    assert (stats["depth"], stats["peak"]) == (0, 2)
+
+
+def test_drop_oldest_cancels_the_oldest_waiting_job_in_rq(queue):
+    bounded = BoundedQueue(queue, capacity=2, policy="drop_oldest")
+    answers = [offer(bounded, n) for n in range(4)]
+    assert [a.outcome for a in answers][2:] == ["displaced", "displaced"]
+    assert [a.dropped_job_id for a in answers][2:] == ["job-0", "job-1"]
+    assert queue.job_ids == ["job-2", "job-3"]
+    assert Job.fetch("job-0", connection=queue.connection).get_status() == (
+        JobStatus.CANCELED
+    )
+    drain(queue)
+    assert DONE == [2, 3]  # the youngest jobs reach the consumer
+    stats = buffer_stats(queue.connection, "bp-test")
+    assert (stats["delivered"], stats["dropped"], stats["depth"]) == (2, 2, 0)
+
+
+def test_a_displaced_job_a_worker_already_took_is_not_run(queue):
+    from jobs.backpressure import buffer_keys
+
+    bounded = BoundedQueue(queue, capacity=1, policy="drop_oldest")
+    offer(bounded, 0)
+    # As the admit script does when it displaces job-0.
+    queue.connection.zadd(buffer_keys("bp-test")[2], {"job-0": 0})
+    queue.connection.zrem(buffer_keys("bp-test")[0], "job-0")
+    drain(queue)  # the worker takes job-0 from rq's list before any cancel
+    assert DONE == []
+    assert buffer_stats(queue.connection, "bp-test")["skipped"] == 1
+
+
+def test_block_holds_the_producer_until_a_worker_makes_room(queue):
+    bounded = BoundedQueue(queue, capacity=1, policy="block", block_timeout_s=20)
+    assert offer(bounded, 0).outcome == "accepted"
+    answers: list[Any] = []
+    producer = threading.Thread(target=lambda: answers.append(offer(bounded, 1)))
+    producer.start()
+    time.sleep(0.3)
+    assert answers == []  # still held: the queue is full
+    drain(queue)  # starts job-0, which frees the place
+    producer.join(timeout=20)
+    assert answers[0].outcome == "held"
+    assert answers[0].held_ms >= 250
+    drain(queue)
+    assert DONE == [0, 1]
+    stats = buffer_stats(queue.connection, "bp-test")
+    assert stats["dropped"] == 0
+    assert stats["held"] == 1
+    assert stats["producer_wait_ms"] >= 250
+
+
+def test_block_gives_up_after_its_timeout(queue):
+    bounded = BoundedQueue(queue, capacity=1, policy="block", block_timeout_s=0.2)
+    offer(bounded, 0)
+    answer = offer(bounded, 1)
+    assert answer.outcome == "dropped"
+    assert answer.held_ms >= 200
+    assert queue.job_ids == ["job-0"]
+
+
+def test_the_wait_of_delivered_jobs_is_measured_from_admission_to_start(queue):
+    bounded = BoundedQueue(queue, capacity=5, policy="drop_newest")
+    offer(bounded, 0)
+    time.sleep(0.25)
+    drain(queue)
+    stats = buffer_stats(queue.connection, "bp-test")
+    assert stats["delivered"] == 1
+    assert 200 <= stats["wait_max_ms"] < 10_000
+
+
+def test_two_producers_never_both_take_the_last_place(queue):
+    bounded = [BoundedQueue(queue, capacity=10, policy="drop_newest") for _ in "ab"]
+    results: list[Any] = []
+
+    def produce(index: int) -> None:
+        for n in range(20):
+            results.append(bounded[index].enqueue(record, n, job_id=f"{index}-{n}"))
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(r.accepted for r in results) == 10
+    assert len(queue.job_ids) == 10
+
+
+@pytest.mark.django_db
+def test_the_lab_runner_refuses_a_run_when_the_labs_queue_is_full(
+    client, redis_client, settings, django_capture_on_commit_callbacks
+):
+    from jobs.models import JobStatus as Row
+
+    settings.LAB_QUEUE_CAPACITY = 1
+    with django_capture_on_commit_callbacks(execute=True):
+        first = client.post(
+            "/course/backpressure/run", headers={"accept": "application/json"}
+        )
+    with django_capture_on_commit_callbacks(execute=True):
+        second = client.post(
+            "/course/backpressure/run", headers={"accept": "application/json"}
+        )
+    assert first.status_code == 202
+    # The refusal reaches the user after the commit: the row says why.
+    refused = Row.objects.exclude(pk=first.json()["job"]).get()
+    assert refused.state == "failed"
+    assert "full" in refused.error
+    assert second.status_code in (202, 503)
