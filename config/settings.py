@@ -149,6 +149,23 @@ MESSAGING_RETENTION_MESSAGES = env_int(
     "MESSAGING_RETENTION_MESSAGES", 1_000_000, minimum=1
 )
 
+# Admission control of HTTP requests, per daphne process (config.admission): running
+# and queued bounds, places only the critical class may use, the queue budget of a
+# normal request (critical 2x, low 0.5x) and the Retry-After of a 503.
+ADMISSION_ENABLED = env_bool("LIBRARY_ADMISSION", True)
+ADMISSION_MAX_RUNNING = env_int("LIBRARY_ADMISSION_MAX_RUNNING", 32, minimum=1)
+ADMISSION_MAX_QUEUED = env_int("LIBRARY_ADMISSION_MAX_QUEUED", 128, minimum=0)
+ADMISSION_RESERVED = env_int("LIBRARY_ADMISSION_RESERVED", 2, minimum=0)
+ADMISSION_QUEUE_BUDGET_MS = env_int(
+    "LIBRARY_ADMISSION_QUEUE_BUDGET_MS", 10_000, minimum=1
+)
+ADMISSION_RETRY_AFTER_S = env_int("LIBRARY_ADMISSION_RETRY_AFTER", 1, minimum=1)
+# Lab-only endpoints /_lab/work and /_lab/wait (the load-shedding lab's daphnes).
+LAB_ROUTES = env_bool("LIBRARY_LAB_ROUTES", False)
+LAB_WORK_CAPACITY = env_int("LIBRARY_LAB_WORK_CAPACITY", 0, minimum=0)
+# Waiting places of the bounded "labs" queue (jobs.backpressure, drop_newest).
+LAB_QUEUE_CAPACITY = env_int("LIBRARY_LAB_QUEUE_CAPACITY", 20, minimum=1)
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
