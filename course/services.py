@@ -22,6 +22,7 @@ from jobs.services import (
     jobstatus_progress,
     jobstatus_start,
 )
+from jobs.supervision import JOB_RETRY
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +103,14 @@ def _lab_run_admit(job: JobStatus, run_lab: Callable[[str], None]) -> Admission:
         capacity=settings.LAB_QUEUE_CAPACITY,
         policy="drop_newest",
     )
+    # A run whose work-horse dies is tried again (jobs.supervision); the row is
+    # claimed queued -> running, so a retry after a finished run does nothing.
     admission = bounded.enqueue(
-        run_lab, str(job.id), job_id=f"lab-{job.id}", description=f"lab {job.name}"
+        run_lab,
+        str(job.id),
+        job_id=f"lab-{job.id}",
+        description=f"lab {job.name}",
+        retry=JOB_RETRY,
     )
     if not admission.accepted:
         logger.warning("lab run %s refused: the labs queue is full", job.id)
