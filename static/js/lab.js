@@ -2,8 +2,9 @@
  *
  * 1. The parameter form is sent with fetch (CSRF token in a header); the server answers
  *    202 with the job id, or 400 with one reason per field.
- * 2. The job is followed by short polling: GET /jobs/<id>/status?version=N every
- *    ~500 ms. 204 means "nothing new", 200 carries the job and its new version.
+ * 2. The job is followed over server-sent events (progress.js), or by short polling
+ *    when the stream fails: GET /jobs/<id>/status?version=N every ~500 ms. 204
+ *    means "nothing new", 200 carries the job and its new version.
  * 3. Network errors and 5xx answers back off exponentially with jitter, so a restarting
  *    server is not hit by every open tab at the same instant.
  * 4. The job id lives in the address (?job=<id>), so a reload resumes the same run.
@@ -150,10 +151,33 @@
   // --- following a run ---------------------------------------------------------------
   function follow(id, version) {
     if (current && current.timer) clearTimeout(current.timer);
+    if (current && current.stop) current.stop();
     current = { id, version, failures: 0, timer: null };
     showState({ state: "queued", progress: 0, message: "waiting for a worker", finished: false });
     output.replaceChildren();
-    schedule(current, 0);
+    track(current, 0);
+  }
+
+  // progress.js: follow the run over server-sent events; short polling (below)
+  // takes over from the last version seen when the stream keeps failing.
+  function track(run, delay) {
+    const follow = window.followProgress;
+    if (!follow || !follow.jobEventsUrl) return schedule(run, delay);
+    run.stop = follow({
+      version: run.version,
+      eventsUrl: follow.jobEventsUrl.replace(ZERO_ID, run.id),
+      onJob: (job) => {
+        if (run !== current) return;
+        run.version = job.version;
+        showJob(job);
+      },
+      onGone: () => run === current && schedule(run, 0),
+      fallback: (version) => {
+        if (run !== current) return;
+        run.version = version;
+        schedule(run, 0);
+      },
+    });
   }
 
   function schedule(run, delay) {
@@ -308,7 +332,7 @@
     } else {
       setBusy(true);
       showState(config.job);
-      schedule(current, POLL_MS);
+      track(current, POLL_MS);
     }
   }
 })();
