@@ -23,6 +23,7 @@ from library.models import (
     Notification,
     StockProjection,
 )
+from messaging.errors import PermanentMessageError
 from messaging.models import OutboxMessage
 from messaging.registry import MessageType
 from realtime.accounting import broadcasts_send
@@ -33,7 +34,7 @@ _TEXTS = {
 }
 
 
-class MessageBodyError(ValueError):
+class MessageBodyError(PermanentMessageError):
     """The message body lacks what the handler needs; retrying will not help."""
 
 

@@ -35,6 +35,7 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from messaging.errors import PermanentMessageError
 from messaging.models import Delivery, LogRetention, OutboxMessage, StreamConsumer
 from messaging.registry import STREAM_CONSUMERS
 
@@ -81,34 +82,21 @@ def stream_advance(name: str) -> int:
     Its handler runs for the accepted types only, but the offset moves past every
     message read: the consumer's position is in the log, not in its own types.
     """
-    spec = STREAM_CONSUMERS[name]
+    if name not in STREAM_CONSUMERS:
+        raise KeyError(f"no stream consumer named {name!r}")
     # Outside the batch's transaction, so a failure can still be recorded on it.
     StreamConsumer.objects.get_or_create(name=name)
     try:
-        with transaction.atomic():
-            consumer = _consumer_locked(name)
-            if consumer is None or consumer.state == StreamConsumer.State.TRIMMED:
-                return 0
-            if consumer.offset + 1 < earliest_offset():
-                _mark_trimmed(consumer)
-                return 0
-            upto = _visible_upto()
-            unread = OutboxMessage.objects.filter(id__gt=consumer.offset)
-            if upto is not None:
-                unread = unread.filter(id__lte=upto)
-            messages = list(unread.order_by("id")[: spec.batch])
-            if not messages:
-                return 0
-            handler = import_string(spec.handler)
-            for message in messages:
-                if message.type in spec.accepts:
-                    handler(message)
-            consumer.offset = messages[-1].pk
-            consumer.applied_total += len(messages)
-            consumer.state = StreamConsumer.State.OK
-            consumer.last_error = ""
-            consumer.save()
-            return len(messages)
+        try:
+            return _advance(name)
+        except _Unusable as bad:
+            # The batch rolled back. Apply what came before the bad message and step
+            # past it: a malformed body will never apply, and a stream that stopped
+            # on it would stop for good.
+            log.warning(
+                "stream consumer %s skips message %s: %s", name, bad.message_id, bad
+            )
+            return _advance(name, skip=bad.message_id, reason=str(bad))
     except Exception as error:
         text = traceback.format_exception_only(type(error), error)[-1].strip()
         StreamConsumer.objects.filter(name=name).update(
@@ -118,6 +106,52 @@ def stream_advance(name: str) -> int:
         )
         log.warning("stream consumer %s failed, will retry: %s", name, text)
         return 0
+
+
+class _Unusable(Exception):
+    def __init__(self, message_id: int, error: Exception) -> None:
+        super().__init__(str(error))
+        self.message_id = message_id
+
+
+def _advance(name: str, *, skip: int | None = None, reason: str = "") -> int:
+    """Apply one batch in one transaction with the offset; with ``skip``, the batch
+    ends at that message, which is stepped over."""
+    spec = STREAM_CONSUMERS[name]
+    with transaction.atomic():
+        consumer = _consumer_locked(name)
+        if consumer is None or consumer.state == StreamConsumer.State.TRIMMED:
+            return 0
+        if consumer.offset + 1 < earliest_offset():
+            _mark_trimmed(consumer)
+            return 0
+        upto = _visible_upto()
+        unread = OutboxMessage.objects.filter(id__gt=consumer.offset)
+        if upto is not None:
+            unread = unread.filter(id__lte=upto)
+        if skip is not None:
+            unread = unread.filter(id__lte=skip)
+        messages = list(unread.order_by("id")[: spec.batch])
+        if not messages:
+            return 0
+        handler = import_string(spec.handler)
+        for message in messages:
+            if message.pk == skip or message.type not in spec.accepts:
+                continue
+            try:
+                handler(message)
+            except PermanentMessageError as error:
+                raise _Unusable(message.pk, error) from error
+        consumer.offset = messages[-1].pk
+        consumer.applied_total += len(messages)
+        consumer.state = StreamConsumer.State.OK
+        if skip is not None:
+            # Kept until another error replaces it: the state says whether it is
+            # current, the text what last went wrong.
+            note = f"stepped past message {skip}, which cannot be applied: {reason}"
+            consumer.last_error = note[:2000]
+        consumer.save()
+        return len(messages)
 
 
 def _mark_trimmed(consumer: StreamConsumer) -> None:

@@ -392,3 +392,20 @@ def test_a_subscriptions_slow_part_runs_outside_its_transaction(
     messaging_drain(owner="slow", budget_seconds=30, lane="slow")
     assert seen == [False]  # and the effect itself ran inside one (below)
     assert Delivery.objects.get(subscription="lab_slow").status == "done"
+
+
+def test_a_stream_steps_past_a_message_it_can_never_apply(library_rows):
+    stock_correct(book_id=1, on_shelf=4)
+    with transaction.atomic():  # no version: the projection cannot use it, ever
+        bad = outbox_publish(
+            type=MessageType.STOCK_CORRECTED,
+            key=2,
+            body={"book_id": 2, "branch_id": 1, "on_shelf": 1},
+        )
+    stock_correct(book_id=3, on_shelf=6)
+    catch_up()
+    consumer = StreamConsumer.objects.get(name=PROJECTION)
+    assert consumer.offset == OutboxMessage.objects.latest("id").pk
+    assert consumer.state == "ok"
+    assert f"stepped past message {bad.pk}" in consumer.last_error
+    assert projected() == {1: 4, 3: 6}  # before and after it, both applied

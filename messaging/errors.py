@@ -1,0 +1,12 @@
+"""Errors the messaging spine treats specially."""
+
+from __future__ import annotations
+
+
+class PermanentMessageError(ValueError):
+    """The message itself cannot be applied (a malformed body): retrying cannot help.
+
+    A stream consumer steps past such a message (logged, noted on the consumer)
+    instead of stopping on it forever; a delivery still gets its attempts, then
+    becomes a dead letter an operator can read.
+    """
