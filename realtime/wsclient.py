@@ -163,14 +163,15 @@ class RawWebSocket:
         """Open a TCP connection and upgrade it; raise WebSocketError unless 101."""
         key = key or base64.b64encode(os.urandom(16)).decode("ascii")
         sock = socket.create_connection((host, port), timeout=timeout)
+        extra = dict(headers or {})
         lines = [
             f"GET {path} HTTP/1.1",
-            f"Host: {host}:{port}",
+            f"Host: {extra.pop('Host', f'{host}:{port}')}",
             "Upgrade: websocket",
             "Connection: Upgrade",
             f"Sec-WebSocket-Key: {key}",
             "Sec-WebSocket-Version: 13",
-            *(f"{name}: {value}" for name, value in (headers or {}).items()),
+            *(f"{name}: {value}" for name, value in extra.items()),
         ]
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         raw = b""
@@ -242,8 +243,13 @@ def plain_get(
     host: str, port: int, path: str, *, headers: dict[str, str] | None = None
 ) -> tuple[str, dict[str, str], bytes]:
     """Send a plain HTTP/1.1 GET (no upgrade); return status line, headers, body."""
-    lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close"]
-    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    extra = dict(headers or {})
+    lines = [
+        f"GET {path} HTTP/1.1",
+        f"Host: {extra.pop('Host', f'{host}:{port}')}",
+        "Connection: close",
+    ]
+    lines += [f"{name}: {value}" for name, value in extra.items()]
     with socket.create_connection((host, port), timeout=10) as sock:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         raw = b""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from course.labs import (
     backpressure,
+    broadcast_channels,
     cache_key_design,
     cache_layers,
     cache_metrics,
@@ -28,6 +29,8 @@ from course.labs import (
     scheduled_tasks,
     server_sent_events,
     streams_vs_queues,
+    streaming_responses,
+    websocket_server,
     worker_processes,
 )
 from course.labs.base import Lab, LabError
@@ -56,6 +59,9 @@ _ALL: tuple[Lab, ...] = (
     load_shedding.LAB,
     polling_approaches.LAB,
     server_sent_events.LAB,
+    websocket_server.LAB,
+    broadcast_channels.LAB,
+    streaming_responses.LAB,
 )
 
 LABS: dict[str, Lab] = {lab.slug: lab for lab in _ALL}

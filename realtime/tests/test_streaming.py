@@ -7,6 +7,7 @@ import datetime
 import os
 import socket
 import time
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -134,9 +135,9 @@ async def test_production_stops_when_the_client_disconnects(loans, monkeypatch):
     cookie = await asyncio.to_thread(staff_cookie)
     before = dict(streaming.PRODUCTION)
     disconnect = asyncio.Event()
-    sent: list[dict] = []
+    sent: list[dict[str, Any]] = []
 
-    requested = []
+    requested: list[bool] = []
 
     async def receive():
         if not requested:

@@ -1,0 +1,217 @@
+"""Lab for "Broadcast and Channel Management": does a broadcast reach other instances?
+
+Model part: the lesson's ``instance.mjs`` and ``relay.mjs`` counted without
+sockets. The subscriber sits on the last of ``instances`` instances and the
+broadcast arrives at the first. Without a relay the first instance delivers only
+to its own (absent) subscribers: the subscriber sees nothing and the relay counts
+nothing. With the relay, one broadcast becomes one copy per connected instance
+(the sender included), and the subscriber sees one message. With two instances
+this is the course's table: 0/0/0 and 1/1/2.
+
+Live part: ``instances`` real daphne processes of this project, started twice:
+with channels' in-process layer (``LIBRARY_CHANNEL_LAYER=memory``) and with the
+Redis layer. One WebSocket subscriber on each instance but the first listens to
+the first branch's group; the lab-only route ``POST /_lab/broadcast/<id>/`` makes
+the first instance broadcast through ``realtime.accounting.broadcasts_send``.
+``subscriber_saw`` counts updates the subscribers received within
+``WAIT_S``; ``broadcasts`` and ``copies`` are the deltas of the group's counters
+(``realtime:broadcasts``, and ``realtime:deliveries``: frames the consumers
+wrote). The in-process layer keeps the message on the first instance: one
+broadcast, no copy. Other traffic on that branch during the run (a loan at the
+desk) would be counted too.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Final
+
+from course.labs.base import (
+    Cell,
+    Chart,
+    Lab,
+    LabError,
+    Param,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
+
+COLUMNS: Final = ["mode", "subscriber_saw", "broadcasts", "copies"]
+MODES: Final = ("memory", "redis")
+START_TIMEOUT_S: Final = 60.0
+WAIT_S: Final = 1.5
+
+
+def relay_counts(instances: int, *, relay: bool) -> tuple[int, int, int]:
+    """Return (subscriber saw, relay broadcasts, relay copies) of the lesson."""
+    if not relay:
+        return 0, 0, 0
+    return 1, 1, instances
+
+
+def model(params: Params, progress: Progress) -> Tables:
+    instances = int_param(params, "instances")
+    rows: list[list[Cell]] = []
+    for label, relay in (("no relay", False), ("with relay", True)):
+        rows.append([label, *relay_counts(instances, relay=relay)])
+    return {"delivery": table(COLUMNS, rows)}
+
+
+# --- live ----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def layer_daphnes(count: int, layer: str) -> Iterator[list[int]]:
+    """Start ``count`` daphnes with channel layer ``layer``; yield their ports."""
+    from jobs.processes import ROOT, child_environment, kill_group
+
+    env = child_environment(
+        LOG_LEVEL="WARNING", LIBRARY_CHANNEL_LAYER=layer, LIBRARY_LAB_ROUTES="on"
+    )
+    started: list[tuple[int, subprocess.Popen[bytes]]] = []
+    try:
+        for _ in range(count):
+            port = _free_port()
+            process = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "daphne", "-b", "127.0.0.1"),
+                    *("-p", str(port), "config.asgi:application"),
+                ],
+                cwd=ROOT,
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            started.append((port, process))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for port, process in started:
+            while not _listening(port):
+                if process.poll() is not None:
+                    raise LabError(f"live: daphne on {port} exited ({layer} layer)")
+                if time.monotonic() > deadline:
+                    raise LabError("live: daphne did not start within 60 s")
+                time.sleep(0.1)
+        yield [port for port, _ in started]
+    finally:
+        for _, process in started:
+            kill_group(process, signal.SIGTERM)
+
+
+def _run_mode(layer: str, instances: int, branch: int) -> list[Cell]:
+    import httpx
+
+    from course.labs.live_http import host_header
+    from realtime.accounting import counters_read
+    from realtime.wsclient import RawWebSocket
+
+    group = f"branch-{branch}"
+    path = f"/ws/branches/{branch}/stock/"
+    with layer_daphnes(instances, layer) as ports:
+        subscribers = []
+        for port in ports[1:]:
+            host = host_header(port)
+            ws = RawWebSocket.connect(
+                "127.0.0.1",
+                port,
+                path,
+                headers={"Host": host, "Origin": f"http://{host}"},
+            )
+            ws.receive()  # the snapshot: subscribed from here on
+            subscribers.append(ws)
+        before = counters_read([group])[group]
+        first = ports[0]
+        headers = {"Host": host_header(first), "X-Forwarded-Proto": "https"}
+        answer = httpx.post(
+            f"http://127.0.0.1:{first}/_lab/broadcast/{branch}/",
+            headers=headers,
+            timeout=30,
+        )
+        if answer.status_code != 202:
+            raise LabError(f"live: the broadcast route answered {answer.status_code}")
+        saw = 0
+        for ws in subscribers:
+            ws.sock.settimeout(WAIT_S)
+            try:
+                frame = ws.receive()
+                saw += json.loads(frame.payload).get("type") == "update"
+            except TimeoutError:
+                pass
+            ws.abort()
+        # The consumer counts a delivery just after writing the frame.
+        time.sleep(0.2)
+        after = counters_read([group])[group]
+    return [
+        layer,
+        saw,
+        after["broadcasts"] - before["broadcasts"],
+        after["deliveries"] - before["deliveries"],
+    ]
+
+
+def live(params: Params, progress: Progress) -> Tables:
+    from django.db import connection
+
+    from library.models import Branch
+
+    if connection.in_atomic_block:
+        raise LabError("live: run the live part outside a database transaction")
+    branch = Branch.objects.order_by("id").values_list("id", flat=True).first()
+    if branch is None:
+        raise LabError("live: the database has no branch; load the demo data first")
+    instances = int_param(params, "instances")
+    rows = []
+    for index, layer in enumerate(MODES):
+        progress(0.1 + 0.45 * index, f"live: {instances} daphnes, {layer} layer")
+        rows.append(_run_mode(layer, instances, branch))
+    return {"live_delivery": table(COLUMNS, rows)}
+
+
+LAB = Lab(
+    slug="broadcast-and-channel-management",
+    title="Broadcast and Channel Management",
+    params=(
+        Param(
+            "instances",
+            "int",
+            2,
+            "application instances (the subscriber is on the last)",
+            minimum=2,
+            maximum=6,
+        ),
+    ),
+    model=model,
+    live=live,
+    charts=(
+        Chart(
+            "delivery",
+            "mode",
+            ("subscriber_saw", "broadcasts", "copies"),
+            "What one broadcast became",
+        ),
+    ),
+)
