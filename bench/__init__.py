@@ -7,4 +7,10 @@ see ``bench/README.md`` for what each one measures and how to read its ratios.
 
 from __future__ import annotations
 
-BENCHMARKS: tuple[str, ...] = ("outbox", "caching", "partitions", "shedding")
+BENCHMARKS: tuple[str, ...] = (
+    "outbox",
+    "caching",
+    "partitions",
+    "shedding",
+    "realtime_sse",
+)

@@ -32,6 +32,9 @@ from bench.common import (
     write_results,
 )
 
+# Benchmarks whose module (and results file) has another name: bench/<module>.py.
+MODULE_OF: dict[str, str] = {"realtime_sse": "sse"}
+
 
 def parse(argv: list[str], modules: dict[str, ModuleType]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -63,7 +66,10 @@ def parse(argv: list[str], modules: dict[str, ModuleType]) -> argparse.Namespace
 
 
 def main(argv: list[str]) -> int:
-    modules = {name: importlib.import_module(f"bench.{name}") for name in BENCHMARKS}
+    modules = {
+        name: importlib.import_module(f"bench.{MODULE_OF.get(name, name)}")
+        for name in BENCHMARKS
+    }
     options = parse(argv, modules)
     database = choose_database(postgres=options.postgres)
     environment = bench_environment(database)
@@ -92,7 +98,8 @@ def main(argv: list[str]) -> int:
                     "results": {name: result},
                 }
                 if not options.no_write:
-                    stem = name + ("-postgres" if database.vendor != "sqlite" else "")
+                    stem = MODULE_OF.get(name, name)
+                    stem += "-postgres" if database.vendor != "sqlite" else ""
                     stem += "-quick" if options.quick else ""
                     markdown = modules[name].markdown_report(document)
                     for path in write_results(stem, document, markdown):
