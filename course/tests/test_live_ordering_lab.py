@@ -69,6 +69,13 @@ def test_competing_workers_invert_a_book_the_partitioned_ledger_never(redis_clie
     assert hot["partition_events"] == hot["model_partition_events"]
     assert (hot["in_key_inversions"], hot["ledger_out_of_order"]) == (0, 0)
 
+    # One bad change at a partition's head: what queued behind it waited for its
+    # attempts; the other partitions did not.
+    [blocking] = records(tables, "live_head_of_line")
+    assert blocking["blocked_events"] == 6
+    assert (blocking["head_attempts"], blocking["head_outcome"]) == (3, "dead letter")
+    assert blocking["average_wait_ms"] > blocking["alone_average_wait_ms"]
+
     # Nothing of the run is left: its books, ledger rows, workers and Redis keys.
     assert not Book.objects.filter(title__startswith="Lab ordering").exists()
     assert not Branch.objects.filter(name__startswith="Lab ordering").exists()

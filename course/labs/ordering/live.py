@@ -20,6 +20,7 @@ from course.labs.base import (
     Tables,
     int_list_param,
     int_param,
+    table,
 )
 from course.labs.ordering.books import (
     _aware,
@@ -29,6 +30,7 @@ from course.labs.ordering.books import (
     _LabBooks,
     _stream_passed,
 )
+from course.labs.ordering.head_of_line import live_head_of_line
 from course.labs.ordering.live_tables import (
     _live_tables,
     _Ordered,
@@ -284,6 +286,7 @@ def live(params: Params, progress: Progress) -> Tables:
     competing_rows: list[list[Cell]] = []
     main: _Ordered | None = None
     hot_run: _Ordered | None = None
+    blocking: list[Cell] = []
     try:
         for index, workers in enumerate(counts):
             # A run id per worker set: rq refuses a worker named like one whose
@@ -305,6 +308,8 @@ def live(params: Params, progress: Progress) -> Tables:
                 main = _live_partitioned(system, events, lab)
                 harness.live_step(progress, 0.8, "hot key: book_ledger")
                 hot_run = _live_partitioned(system, hot, lab)
+                harness.live_step(progress, 0.85, "head-of-line: a bad change first")
+                blocking = live_head_of_line(system, lab, partitions)
                 harness.live_step(progress, 0.9, "waiting for every subscription")
                 harness.wait_until(
                     lambda: _lab_messages_settled(lab),
@@ -323,6 +328,17 @@ def live(params: Params, progress: Progress) -> Tables:
         _books_delete(lab)
     if main is None or hot_run is None:  # the largest worker count runs both
         raise LabError("live: the partitioned runs did not run")
-    return _live_tables(
+    tables = _live_tables(
         competing_rows, main, hot_run, events, hot, lab, counts[-1], partitions
     )
+    tables["live_head_of_line"] = table(
+        [
+            "blocked_events",
+            "average_wait_ms",
+            "alone_average_wait_ms",
+            "head_attempts",
+            "head_outcome",
+        ],
+        [blocking],
+    )
+    return tables
