@@ -13,4 +13,5 @@ BENCHMARKS: tuple[str, ...] = (
     "partitions",
     "shedding",
     "realtime_sse",
+    "broadcast",
 )

@@ -1,0 +1,403 @@
+"""The broadcast benchmark: a loan's stock update fanned out to 200 WebSocket clients.
+
+Setup: two daphne processes of the project (the Redis channel layer), ``clients``
+WebSocket clients (the ``websockets`` library) split evenly between them, all on
+branch 1's live stock socket; and, in the same event loop, ``clients`` Redis
+pub/sub subscribers on one channel: the anchor.
+
+Each round:
+
+1. A loan is issued through ``library.services.loan_issue`` and the messaging
+   drain runs in this process (``messaging_drain``), as an rq worker would run
+   it. The drain's ``broadcast_flush`` sends the branch's update through
+   ``realtime.accounting.broadcasts_send``; a wrapper here notes the wall-clock
+   time just before that send.
+2. Delivery time of a client = its receive time minus that send time (same
+   machine, same clock). A client that has not seen the round's version within
+   ``TIMEOUT_S`` is a drop.
+3. The baseline: one ``PUBLISH`` of a timestamped message to the subscribers'
+   channel; delivery time the same way.
+
+The two sides alternate round by round, so the machine's load hits both alike.
+Also reported (not a target): the time from the loan's commit to the last
+client, which adds the drain (relay, claim, the other subscriptions' handlers).
+
+Target: p99 of the broadcast <= max(50 ms, 25 x the baseline's p99), 0 drops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.common import (
+    BenchError,
+    Children,
+    format_table,
+    percentile,
+    wait_until,
+)
+
+NAME = "broadcast"
+BRANCH = 1
+TIMEOUT_S = 5.0
+TARGET_FLOOR_MS = 50.0
+TARGET_FACTOR = 25.0
+BASELINE_CHANNEL = "bench:broadcast:baseline"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("broadcast")
+    group.add_argument(
+        "--broadcast-clients",
+        type=int,
+        default=None,
+        help="WebSocket clients and Redis subscribers (default 200, quick 40)",
+    )
+    group.add_argument(
+        "--broadcast-rounds",
+        type=int,
+        default=None,
+        help="loans broadcast (default 30, quick 5)",
+    )
+
+
+@dataclass
+class Params:
+    clients: int
+    rounds: int
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace) -> Params:
+        clients = options.broadcast_clients or (40 if options.quick else 200)
+        rounds = options.broadcast_rounds or (5 if options.quick else 30)
+        if clients < 2 or rounds < 1:
+            raise BenchError("broadcast: at least 2 clients and 1 round")
+        return cls(clients=clients, rounds=rounds)
+
+
+@dataclass
+class Side:
+    """Delivery times (ms) and drops of one side, over all rounds."""
+
+    delays_ms: list[float] = field(default_factory=list)
+    drops: int = 0
+    per_round_p99_ms: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "deliveries": len(self.delays_ms),
+            "drops": self.drops,
+            "p50_ms": round(percentile(self.delays_ms, 50), 2),
+            "p99_ms": round(percentile(self.delays_ms, 99), 2),
+            "max_ms": round(max(self.delays_ms, default=float("nan")), 2),
+        }
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_daphne(children: Children, name: str) -> int:
+    port = free_port()
+    children.start(
+        name,
+        [
+            "env",
+            "ALLOWED_HOSTS=127.0.0.1",
+            "SECURE_SSL_REDIRECT=false",
+            sys.executable,
+            *("-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
+            "config.asgi:application",
+        ],
+    )
+
+    def listening() -> bool:
+        import socket
+
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    wait_until(listening, timeout=60, what=f"{name} to listen", children=children)
+    return port
+
+
+def create_library(rounds: int) -> None:
+    from library.models import Book, Branch, Member
+
+    branch = Branch.objects.create(id=BRANCH, name="Bench", city="Ankara")
+    Book.objects.bulk_create(
+        Book(title=f"Broadcast {n}", author="Bench", branch=branch, on_shelf=3)
+        for n in range(rounds)
+    )
+    Member.objects.bulk_create(
+        Member(
+            first_name="M", last_name=str(n), registered_at=datetime.date(2024, 1, 1)
+        )
+        for n in range(rounds)
+    )
+
+
+class SendClock:
+    """Wrap ``broadcasts_send`` so each send's wall-clock start is recorded."""
+
+    def __init__(self) -> None:
+        self.sent_at: list[float] = []
+
+    def install(self) -> None:
+        from realtime import accounting
+
+        original = accounting.broadcasts_send
+
+        def timed(layer: Any, messages: Any) -> None:
+            self.sent_at.append(time.time())
+            original(layer, messages)
+
+        # broadcast_flush imported the name: patch it where it is looked up.
+        import library.subscribers
+
+        setattr(library.subscribers, "broadcasts_send", timed)  # noqa: B010
+
+
+def issue_and_drain(book_id: int, member_id: int) -> tuple[float, int]:
+    """Issue a loan and drain it here; return (commit time, the branch version)."""
+    from library.models import Branch
+    from library.services import loan_issue
+    from messaging.services import messaging_drain
+
+    loan_issue(book_id=book_id, member_id=member_id)
+    committed = time.time()
+    messaging_drain(owner="bench-broadcast")
+    version = Branch.objects.values_list("stock_version", flat=True).get(pk=BRANCH)
+    return committed, int(version)
+
+
+async def run_async(params: Params, ports: list[int]) -> dict[str, Any]:
+    import redis.asyncio as aioredis
+    import websockets
+    from django.conf import settings
+    from websockets.typing import Origin
+
+    from library.models import Book, Member
+
+    book_ids = await asyncio.to_thread(
+        lambda: list(Book.objects.order_by("id").values_list("id", flat=True))
+    )
+    member_ids = await asyncio.to_thread(
+        lambda: list(Member.objects.order_by("id").values_list("id", flat=True))
+    )
+    clock = SendClock()
+    clock.install()
+
+    # Arrival times per client: {version: receive time}.
+    ws_seen: list[dict[int, float]] = [{} for _ in range(params.clients)]
+    sub_seen: list[dict[int, float]] = [{} for _ in range(params.clients)]
+
+    sockets = []
+    for index in range(params.clients):
+        port = ports[index % len(ports)]
+        socket_ = await websockets.connect(
+            f"ws://127.0.0.1:{port}/ws/branches/{BRANCH}/stock/",
+            origin=Origin(f"http://127.0.0.1:{port}"),
+            max_queue=None,
+        )
+        snapshot = json.loads(await socket_.recv())
+        if snapshot.get("type") != "snapshot":
+            raise BenchError(f"client {index}: expected a snapshot, got {snapshot}")
+        sockets.append(socket_)
+
+    async def ws_reader(index: int) -> None:
+        async for raw in sockets[index]:
+            now = time.time()
+            message = json.loads(raw)
+            if message.get("type") == "update":
+                ws_seen[index].setdefault(int(message["version"]), now)
+
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    pubsubs = []
+    for _ in range(params.clients):
+        pubsub = client.pubsub()
+        await pubsub.subscribe(BASELINE_CHANNEL)
+        pubsubs.append(pubsub)
+
+    async def sub_reader(index: int) -> None:
+        async for message in pubsubs[index].listen():
+            now = time.time()
+            if message.get("type") == "message":
+                body = json.loads(message["data"])
+                sub_seen[index].setdefault(int(body["round"]), now)
+
+    readers = [asyncio.create_task(ws_reader(i)) for i in range(params.clients)]
+    readers += [asyncio.create_task(sub_reader(i)) for i in range(params.clients)]
+    await asyncio.sleep(0.5)  # every subscription confirmed before round 1
+
+    broadcast, baseline = Side(), Side()
+    commit_to_last: list[float] = []
+    try:
+        for round_ in range(params.rounds):
+            # The broadcast of a loan.
+            committed, version = await asyncio.to_thread(
+                issue_and_drain, book_ids[round_], member_ids[round_]
+            )
+            sent = clock.sent_at[-1]
+            await wait_for(lambda v=version: all(v in s for s in ws_seen))
+            arrivals = [s[version] for s in ws_seen if version in s]
+            broadcast.drops += params.clients - len(arrivals)
+            delays = [(t - sent) * 1000 for t in arrivals]
+            broadcast.delays_ms += delays
+            broadcast.per_round_p99_ms.append(round(percentile(delays, 99), 2))
+            if arrivals:
+                commit_to_last.append((max(arrivals) - committed) * 1000)
+
+            # The baseline: one PUBLISH to as many subscribers.
+            published = time.time()
+            await client.publish(
+                BASELINE_CHANNEL, json.dumps({"round": round_, "at": published})
+            )
+            await wait_for(lambda r=round_: all(r in s for s in sub_seen))
+            arrivals = [s[round_] for s in sub_seen if round_ in s]
+            baseline.drops += params.clients - len(arrivals)
+            delays = [(t - published) * 1000 for t in arrivals]
+            baseline.delays_ms += delays
+            baseline.per_round_p99_ms.append(round(percentile(delays, 99), 2))
+            await asyncio.sleep(0.05)
+    finally:
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        for socket_ in sockets:
+            await socket_.close()
+        for pubsub in pubsubs:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await client.aclose()
+    return {
+        "broadcast": broadcast.summary()
+        | {"per_round_p99_ms": broadcast.per_round_p99_ms},
+        "baseline": baseline.summary()
+        | {"per_round_p99_ms": baseline.per_round_p99_ms},
+        "commit_to_last_client_ms": {
+            "p50": round(percentile(commit_to_last, 50), 1),
+            "max": round(max(commit_to_last, default=float("nan")), 1),
+        },
+    }
+
+
+async def wait_for(condition: Any) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.002)
+
+
+def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
+    from realtime.accounting import counters_read
+
+    params = Params.from_options(options)
+    create_library(params.rounds)
+    print(
+        f"  starting 2 daphne; {params.clients} clients, {params.rounds} loans",
+        flush=True,
+    )
+    ports = [start_daphne(children, f"daphne-ws-{n}") for n in (1, 2)]
+    try:
+        measured = asyncio.run(run_async(params, ports))
+        counters = counters_read([f"branch-{BRANCH}"])[f"branch-{BRANCH}"]
+    finally:
+        children.check_alive()
+        for n in (1, 2):
+            children.stop(f"daphne-ws-{n}")
+    base_p99 = measured["baseline"]["p99_ms"]
+    limit = max(TARGET_FLOOR_MS, TARGET_FACTOR * base_p99)
+    p99 = measured["broadcast"]["p99_ms"]
+    drops = measured["broadcast"]["drops"]
+    result = {
+        "params": {"clients": params.clients, "rounds": params.rounds, "instances": 2},
+        **measured,
+        "server_counters": counters,
+        "targets": {
+            "broadcast_p99_ms": {
+                "target": f"<= max({TARGET_FLOOR_MS:g}, {TARGET_FACTOR:g} x {base_p99})"
+                f" = {limit:.2f}",
+                "measured": p99,
+                "met": p99 <= limit,
+            },
+            "drops": {"target": "== 0", "measured": drops, "met": drops == 0},
+        },
+    }
+    print(text_report(result), flush=True)
+    return result
+
+
+def text_report(result: dict[str, Any]) -> str:
+    rows = []
+    for side in ("broadcast", "baseline"):
+        s = result[side]
+        rows.append(
+            [side, s["deliveries"], s["drops"], s["p50_ms"], s["p99_ms"], s["max_ms"]]
+        )
+    table = format_table(
+        ["side", "deliveries", "drops", "p50 ms", "p99 ms", "max ms"], rows
+    )
+    targets = "\n".join(
+        f"{name}: {t['target']}; measured {t['measured']}: "
+        + ("met" if t["met"] else "NOT met")
+        for name, t in result["targets"].items()
+    )
+    counters = result["server_counters"]
+    commit = result["commit_to_last_client_ms"]
+    return "\n".join(
+        [
+            f"{result['params']['clients']} clients on 2 daphne, "
+            f"{result['params']['rounds']} loans",
+            table,
+            f"loan commit -> last client: p50 {commit['p50']} ms,"
+            f" max {commit['max']} ms (includes the drain)",
+            f"server counters for branch-{BRANCH}: {counters['broadcasts']} broadcasts,"
+            f" {counters['deliveries']} deliveries",
+            targets,
+        ]
+    )
+
+
+def markdown_report(document: dict[str, Any]) -> str:
+    result = document["results"][NAME]
+    machine = document["machine"]
+    return "\n".join(
+        [
+            "# Broadcast benchmark (broadcast)",
+            "",
+            f"- date: {document['date']}",
+            f"- database: {document['database']}, Redis db {document['redis_db']}",
+            f"- machine: {machine['cpus']} CPUs, {machine['platform']}, Python"
+            f" {machine['python']}, load at start {machine['load_average_at_start']}",
+            f"- code: {machine['git_commit'][:12]}"
+            + (
+                " (working tree had uncommitted changes)"
+                if machine["git_dirty"]
+                else ""
+            ),
+            f"- command: `{document['command']}`",
+            "",
+            "```",
+            text_report(result),
+            "```",
+            "",
+            "Delivery time: from the moment `broadcast_flush` starts the group send"
+            " (or the baseline's PUBLISH) to a client's receive, wall clock, one"
+            " machine. Both sides alternate round by round in one event loop. See"
+            " bench/README.md.",
+            "",
+        ]
+    )
