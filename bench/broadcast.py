@@ -226,7 +226,10 @@ async def run_async(params: Params, ports: list[int]) -> dict[str, Any]:
             if message.get("type") == "update":
                 ws_seen[index].setdefault(int(message["version"]), now)
 
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    # One connection per subscriber, and one to publish on.
+    client = aioredis.Redis.from_url(
+        settings.REDIS_URL, max_connections=params.clients + 8
+    )
     pubsubs = []
     for _ in range(params.clients):
         pubsub = client.pubsub()
