@@ -27,7 +27,10 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, int]]
     def record(namespace: str, **counts: int) -> None:
         events.append((namespace, counts))
 
-    monkeypatch.setattr(store, "metrics_record", record)
+    # Every module of the store that records: the local tier, cache-aside and
+    # stale-while-revalidate.
+    for module in (store.local, store.aside, store.revalidate):
+        monkeypatch.setattr(module, "metrics_record", record)
     return events
 
 
@@ -37,7 +40,7 @@ def switch(monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
         monkeypatch.delenv(store.CACHE_SWITCH_VARIABLE, raising=False)
     else:
         monkeypatch.setenv(store.CACHE_SWITCH_VARIABLE, value)
-    monkeypatch.setattr(store, "_switch", None)
+    monkeypatch.setattr(store.switch, "_switch", None)
 
 
 def counter() -> tuple[list[int], Any]:
@@ -107,7 +110,7 @@ def test_read_once_at_first_use_not_at_import(
     monkeypatch: pytest.MonkeyPatch, key: str, recorded: list[Any]
 ) -> None:
     switch(monkeypatch, "off")
-    assert store._switch is None  # nothing read yet
+    assert store.switch._switch is None  # nothing read yet
     assert store.cache_enabled() is False
     monkeypatch.setenv(store.CACHE_SWITCH_VARIABLE, "on")  # too late for this process
     calls, produce = counter()

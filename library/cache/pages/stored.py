@@ -1,0 +1,139 @@
+"""The stored form of a page, and what the first round trip decides.
+
+A page is two keys written together: ``<key>`` holds a small JSON head (the
+generation it was rendered under and the response headers, validators included)
+and ``<key>:body`` the bytes. A conditional request reads only the head: when its
+validator matches, the 304 goes out and the body never leaves Redis.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from datetime import UTC
+from typing import Any, Final, NamedTuple, cast
+
+from django.http import HttpRequest, HttpResponse, HttpResponseNotModified
+from django.utils.http import parse_http_date_safe
+
+from library.cache import http
+from library.cache.pages.keys import PageLookup
+
+# Headers not stored: per-response (Date, Content-Length) or per-visitor (cookies).
+_SKIPPED: Final = frozenset({"date", "content-length", "set-cookie", "x-page-cache"})
+_CSRF_FIELD: Final = b'name="csrfmiddlewaretoken"'
+
+
+def _body_key(key: str) -> str:
+    return f"{key}:body"
+
+
+def _head(response: HttpResponse, generation: int) -> bytes:
+    headers = [
+        [name, value]
+        for name, value in response.items()
+        if name.lower() not in _SKIPPED
+    ]
+    return json.dumps({"g": generation, "h": headers}, separators=(",", ":")).encode()
+
+
+def _parse_head(data: bytes) -> tuple[int, list[list[str]]] | None:
+    """Return the stored generation and headers; None for a damaged entry."""
+    try:
+        fields = json.loads(data)
+        return int(fields["g"]), fields["h"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _generation(raw: object) -> int:
+    # A counter that was never bumped stands at 1 (library.cache.store).
+    return 1 if raw is None else int(cast(bytes, raw))
+
+
+def _storable(response: HttpResponse) -> bool:
+    cache_control = response.get("Cache-Control", "")
+    return (
+        response.status_code == 200
+        and not response.streaming
+        and "public" in [p.strip() for p in cache_control.split(",")]
+        and not response.cookies
+        and _CSRF_FIELD not in response.content
+    )
+
+
+def _last_modified(stored: dict[str, str]) -> datetime.datetime | None:
+    seconds = parse_http_date_safe(stored.get("last-modified", ""))
+    return None if seconds is None else datetime.datetime.fromtimestamp(seconds, UTC)
+
+
+def _not_modified(
+    request: HttpRequest, headers: list[list[str]]
+) -> HttpResponseNotModified | None:
+    stored = {name.lower(): value for name, value in headers}
+    validators = (stored.get("etag"), _last_modified(stored))
+    if not http.is_not_modified(request.headers, *validators):
+        return None
+    answer = HttpResponseNotModified()
+    for name, value in headers:
+        if name.lower() in ("etag", "last-modified", "cache-control", "vary"):
+            answer[name] = value
+    answer["X-Page-Cache"] = "hit"
+    return answer
+
+
+def _full(headers: list[list[str]], body: bytes) -> HttpResponse:
+    response = HttpResponse(body)
+    for name, value in headers:
+        response[name] = value
+    response["X-Page-Cache"] = "hit"
+    return response
+
+
+def _conditional(request: HttpRequest) -> bool:
+    return "If-None-Match" in request.headers or "If-Modified-Since" in request.headers
+
+
+class _Read(NamedTuple):
+    """What the first round trip decided."""
+
+    generation: int  # current, to stamp a page stored after a miss
+    answer: HttpResponse | None  # a 304 or a 200, when decided
+    headers: list[list[str]] | None  # a current head whose body is still to read
+    hit_bytes: int
+
+
+def _first_keys(lookup: PageLookup, request: HttpRequest) -> list[str]:
+    """The head, the generation, and the body unless a 304 may make it unneeded."""
+    keys = [lookup.key, lookup.dependency or lookup.key]
+    if not _conditional(request):
+        keys.append(_body_key(lookup.key))
+    return keys
+
+
+def _first_read(lookup: PageLookup, request: HttpRequest, replies: list[Any]) -> _Read:
+    head_data, raw_generation = replies[0], replies[1]
+    generation = _generation(raw_generation) if lookup.dependency else 0
+    head = None if head_data is None else _parse_head(cast(bytes, head_data))
+    if head is None or head[0] != generation:
+        return _Read(generation, None, None, 0)
+    headers = head[1]
+    size = len(cast(bytes, head_data))
+    not_modified = _not_modified(request, headers)
+    if not_modified is not None:
+        return _Read(generation, not_modified, None, size)
+    if len(replies) == 3:
+        if replies[2] is None:  # the body was evicted on its own: a miss
+            return _Read(generation, None, None, 0)
+        body = cast(bytes, replies[2])
+        return _Read(generation, _full(headers, body), None, size + len(body))
+    return _Read(generation, None, headers, size)
+
+
+def _hit_counts(read_bytes: int, start: float) -> dict[str, int]:
+    return {
+        "hits": 1,
+        "hit_bytes": read_bytes,
+        "cache_ms_total": round((time.perf_counter() - start) * 1000),
+    }

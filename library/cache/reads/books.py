@@ -1,0 +1,103 @@
+"""The book page: cache-aside under a versioned key, with the local tier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypedDict
+
+from library import selectors
+
+# Tenants are looked up through the package (``reads.branch_tenant``), as
+# ``library.cache.pages`` does, so a test that replaces them there reaches this code.
+from library.cache import reads
+from library.cache.reads.rows import _Absent, _datetime
+from library.cache.reads.specs import BOOK, BOOK_JITTER_S, BOOK_LIFETIME_S, BOOK_LOCAL_S
+from library.cache.store import cache_aside
+from library.models import Book, Branch, Loan
+
+
+class _BranchValue(TypedDict):
+    id: int
+    name: str
+    city: str
+
+
+class _BookValue(TypedDict):
+    id: int
+    title: str
+    author: str
+    publication_year: int | None
+    on_shelf: int
+    version: int
+    updated_at: str
+    branch: _BranchValue
+
+
+@dataclass(frozen=True)
+class CachedBook:
+    book: Book  # unsaved instance with its branch, for the template
+    open_loans: list[Loan]  # always empty: the staff's loan list is not cached
+
+
+def _book_origin(book_id: int) -> _BookValue:
+    detail = selectors.book_detail(book_id=book_id)
+    if detail is None:
+        raise _Absent
+    book = detail.book
+    return {
+        "id": book.pk,
+        "title": book.title,
+        "author": book.author,
+        "publication_year": book.publication_year,
+        "on_shelf": book.on_shelf,
+        "version": book.version,
+        "updated_at": book.updated_at.isoformat(),
+        "branch": {
+            "id": book.branch.pk,
+            "name": book.branch.name,
+            "city": book.branch.city,
+        },
+    }
+
+
+def book_detail(*, book_id: int) -> CachedBook | None:
+    """Return the public view of a book (no loans) through the cache, or None."""
+    current = (
+        Book.objects.filter(pk=book_id)
+        .values_list("branch_id", "version", "updated_at")
+        .first()
+    )
+    if current is None:
+        return None
+    branch_id, version, updated_at = current
+    key = BOOK.key(
+        tenant=reads.branch_tenant(branch_id),
+        criteria={
+            "id": book_id,
+            "v": version,
+            "u": int(updated_at.timestamp() * 1_000_000),
+        },
+    )
+    try:
+        value: _BookValue = cache_aside(
+            key=key,
+            namespace=BOOK.namespace,
+            produce=lambda: _book_origin(book_id),
+            lifetime_s=BOOK_LIFETIME_S,
+            jitter_s=BOOK_JITTER_S,
+            local_s=BOOK_LOCAL_S,
+        )
+    except _Absent:  # deleted between the version read and the origin read
+        return None
+    branch = Branch(**value["branch"])
+    book = Book(
+        id=value["id"],
+        title=value["title"],
+        author=value["author"],
+        publication_year=value["publication_year"],
+        on_shelf=value["on_shelf"],
+        version=value["version"],
+        updated_at=_datetime(value["updated_at"]),
+        branch=branch,
+    )
+    return CachedBook(book=book, open_loans=[])

@@ -1,0 +1,84 @@
+"""The branch page: stale-while-revalidate, retired on change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from library import selectors
+
+# Tenants are looked up through the package (``reads.branch_tenant``), as
+# ``library.cache.pages`` does, so a test that replaces them there reaches this code.
+from library.cache import reads
+from library.cache.reads.rows import _Absent
+from library.cache.reads.specs import STOCK, STOCK_FRESH_S, STOCK_STALE_S
+from library.cache.store import stale_while_revalidate
+from library.models import Book, Branch
+
+
+@dataclass(frozen=True)
+class BranchPage:
+    branch: Branch  # with shelf_total, book_count and open_loans set
+    busiest_books: list[Book]  # with loan_count set
+
+
+def _branch_origin(branch_id: int) -> dict[str, Any]:
+    detail = selectors.branch_detail(branch_id=branch_id)
+    if detail is None:
+        raise _Absent
+    b = detail.branch
+    return {
+        "branch": {
+            "id": b.pk,
+            "name": b.name,
+            "city": b.city,
+            "shelf_total": b.shelf_total,
+            "book_count": b.book_count,
+            "open_loans": b.open_loans,
+        },
+        "busiest": [
+            {
+                "id": book.pk,
+                "title": book.title,
+                "author": book.author,
+                "on_shelf": book.on_shelf,
+                "loan_count": book.loan_count,  # type: ignore[attr-defined]
+            }
+            for book in detail.busiest_books
+        ],
+    }
+
+
+def _branch_key(branch_id: int) -> str:
+    return STOCK.key(tenant=reads.branch_tenant(branch_id))
+
+
+def branch_page(*, branch_id: int) -> BranchPage | None:
+    """Return a branch's stock figures and busiest books, at most seconds old."""
+    try:
+        value, _ = stale_while_revalidate(
+            key=_branch_key(branch_id),
+            namespace=STOCK.namespace,
+            produce=lambda: _branch_origin(branch_id),
+            fresh_s=STOCK_FRESH_S,
+            stale_s=STOCK_STALE_S,
+        )
+    except _Absent:
+        return None
+    fields = value["branch"]
+    branch = Branch(id=fields["id"], name=fields["name"], city=fields["city"])
+    branch.shelf_total = fields["shelf_total"]  # type: ignore[attr-defined]
+    branch.book_count = fields["book_count"]  # type: ignore[attr-defined]
+    branch.open_loans = fields["open_loans"]  # type: ignore[attr-defined]
+    busiest = []
+    for row in value["busiest"]:
+        book = Book(
+            id=row["id"],
+            title=row["title"],
+            author=row["author"],
+            on_shelf=row["on_shelf"],
+            branch_id=branch.pk,
+        )
+        book.loan_count = row["loan_count"]  # type: ignore[attr-defined]
+        busiest.append(book)
+    return BranchPage(branch=branch, busiest_books=busiest)
