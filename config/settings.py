@@ -161,6 +161,15 @@ ADMISSION_QUEUE_BUDGET_MS = env_int(
 )
 ADMISSION_RETRY_AFTER_S = env_int("LIBRARY_ADMISSION_RETRY_AFTER", 1, minimum=1)
 # Lab-only endpoints /_lab/work and /_lab/wait (the load-shedding lab's daphnes).
+# Real-time endpoints (realtime/): how long a long poll may hold, how often the
+# watcher looks for changes, the SSE heartbeat and the reconnect delay it suggests.
+REALTIME_LONG_POLL_MAX_MS = env_int("REALTIME_LONG_POLL_MAX_MS", 30_000, minimum=100)
+REALTIME_LONG_POLL_DEFAULT_MS = env_int(
+    "REALTIME_LONG_POLL_DEFAULT_MS", 25_000, minimum=100
+)
+REALTIME_POLL_INTERVAL_MS = env_int("REALTIME_POLL_INTERVAL_MS", 150, minimum=10)
+REALTIME_SSE_HEARTBEAT_S = env_int("REALTIME_SSE_HEARTBEAT_S", 15, minimum=1)
+REALTIME_SSE_RETRY_MS = env_int("REALTIME_SSE_RETRY_MS", 2000, minimum=100)
 LAB_ROUTES = env_bool("LIBRARY_LAB_ROUTES", False)
 LAB_WORK_CAPACITY = env_int("LIBRARY_LAB_WORK_CAPACITY", 0, minimum=0)
 # Waiting places of the bounded "labs" queue (jobs.backpressure, drop_newest).
