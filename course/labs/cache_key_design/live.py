@@ -1,0 +1,179 @@
+"""The live part of the cache-key-design lab: the real Redis store and the real
+catalogue behind daphne.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from course.labs.base import Cell, Params, Progress, Tables, table
+
+# --- live part: the real Redis store and the real catalogue behind daphne ----------
+
+LIVE_QUERY = "Book 1"
+LIVE_OWNER = 2  # the branch whose answer is stored first
+LIVE_OTHER = 3  # the branch that asks next
+LIVE_NAIVE_LIFETIME_MS = 60_000
+_BOOK_LINK = re.compile(r'<a href="/books/(\d+)/">')
+
+
+@dataclass(frozen=True)
+class Served:
+    """What one lookup handed to a branch: book ids and titles, in page order."""
+
+    ids: list[int]
+    titles: list[str]
+
+
+def _origin_page(branch: int, query: str) -> Served:
+    """Return page 1 of ``branch``'s search straight from the database."""
+    from library import selectors
+
+    page = selectors.branch_books_page(branch_id=branch, query=query, page=1)
+    books = list(page.object_list)
+    return Served([b.pk for b in books], [b.title for b in books])
+
+
+def _served_branches(served: Served) -> list[int]:
+    from library.models import Book
+
+    found = Book.objects.filter(pk__in=served.ids).values_list("branch_id", flat=True)
+    return sorted(set(found))
+
+
+def _tenant_row(
+    case: str, key: str, asked: int, served: Served, query: str
+) -> list[Cell]:
+    """Return a ``live_tenants`` row: which branch's books a lookup really served."""
+    branches = _served_branches(served)
+    if any(branch != asked for branch in branches):
+        result = "leak"
+    elif served == _origin_page(asked, query):
+        result = "correct"
+    else:
+        result = "wrong"
+    shown: Cell = (
+        branches[0] if len(branches) == 1 else ", ".join(map(str, branches)) or "none"
+    )
+    return [case, key, asked, shown, result]
+
+
+def _naive_lookup(key: str, branch: int, query: str) -> tuple[str, Served]:
+    """Cache-aside on the real Redis with a key the caller glued together."""
+    import json
+
+    from library.cache.metrics import cache_redis
+
+    redis = cache_redis()
+    raw = redis.get(key)
+    if raw is not None:
+        stored = json.loads(raw)
+        return "hit", Served(stored["ids"], stored["titles"])
+    served = _origin_page(branch, query)
+    value = json.dumps({"ids": served.ids, "titles": served.titles})
+    redis.set(key, value, px=LIVE_NAIVE_LIFETIME_MS)
+    return "miss, stored", served
+
+
+def _generated_key(branch: int, query: str) -> str:
+    """Return the key the application's search uses for page 1 of ``branch``."""
+    from library.cache import reads
+    from library.cache.store import generation_get
+
+    tenant = reads.branch_tenant(branch)
+    return reads.SEARCH.key(
+        tenant=tenant,
+        generation=generation_get(reads.SEARCH.namespace, tenant),
+        criteria={"q": query, "page": 1},
+    )
+
+
+def _page_served(html: str) -> Served:
+    from html import unescape
+
+    ids = [int(found) for found in _BOOK_LINK.findall(html)]
+    titles = re.findall(r'<a href="/books/\d+/">([^<]*)</a>', html)
+    return Served(ids, [unescape(title) for title in titles])
+
+
+def live(params: Params, progress: Progress) -> Tables:
+    """Ask the real store and the real pages whether one branch sees another's books.
+
+    1. A deliberately naive cache-aside on the real Redis: the search for branch 2 is
+       stored under a hand-glued key that leaves the branch out (``lab-<run>:search:``
+       + the query); branch 3 then asks the same question, builds the same key, gets a
+       hit and is served branch 2's books — the leak.
+    2. The application's cached read (``library.cache.reads.branch_books_page``),
+       whose keys come from ``library.cache.keys``: the two branches get two keys,
+       each its own books.
+    3. The same search over HTTP on a real daphne: each catalogue page lists the
+       books of its own branch (the links on the page, checked in the database).
+
+    The naive keys carry the run's id and are deleted at the end.
+    """
+    from course.labs.base import LabError
+    from course.labs.http_caching import live_server
+    from course.labs.live import live_step, new_run_id
+    from library.cache import reads
+    from library.cache.metrics import cache_redis
+    from library.models import Branch
+
+    query = LIVE_QUERY
+    branches = (LIVE_OWNER, LIVE_OTHER)
+    missing = [b for b in branches if not Branch.objects.filter(pk=b).exists()]
+    if missing:
+        raise LabError(f"live: the database has no branch {missing[0]}")
+    for branch in branches:
+        if not _origin_page(branch, query).ids:
+            raise LabError(f"live: branch {branch} has no book matching {query!r}")
+    run = new_run_id()
+    naive_key = f"lab-{run}:search:{query}"
+    rows: list[list[Cell]] = []
+    leak: list[list[Cell]] = []
+    try:
+        live_step(progress, 0.05, "hand-glued key on the real Redis")
+        for branch in branches:
+            source, served = _naive_lookup(naive_key, branch, query)
+            case = f"branch {branch}, key without the branch ({source})"
+            rows.append(_tenant_row(case, naive_key, branch, served, query))
+            if branch == LIVE_OTHER:
+                own = set(_origin_page(branch, query).ids)
+                foreign = [
+                    title
+                    for book_id, title in zip(served.ids, served.titles, strict=True)
+                    if book_id not in own
+                ]
+                leak.append([len(served.ids), len(foreign), ", ".join(foreign)])
+    finally:
+        cache_redis().delete(naive_key)
+
+    live_step(progress, 0.2, "generated keys: the application's cached search")
+    for branch in branches:
+        found = reads.branch_books_page(branch_id=branch, query=query, page=1)
+        if found is None:
+            raise LabError(f"live: branch {branch} vanished during the run")
+        books = list(found[1].object_list)
+        served = Served([b.pk for b in books], [b.title for b in books])
+        key = _generated_key(branch, query)
+        rows.append(
+            _tenant_row(f"branch {branch}, generated key", key, branch, served, query)
+        )
+
+    with live_server(progress) as client:
+        for index, branch in enumerate(branches):
+            path = f"/branches/{branch}/books/"
+            live_step(progress, 0.6 + 0.15 * index, f"GET {path}?q={query}")
+            response = client.get(path, params={"q": query})
+            if response.status_code != 200:
+                raise LabError(f"live: GET {path} answered {response.status_code}")
+            served = _page_served(response.text)
+            key = _generated_key(branch, query)
+            case = f"GET {path}?q={query} (real daphne)"
+            rows.append(_tenant_row(case, key, branch, served, query))
+    return {
+        "live_tenants": table(
+            ["case", "key", "branch_asked", "branch_served", "result"], rows
+        ),
+        "live_leak": table(["served", "foreign", "foreign_titles"], leak),
+    }

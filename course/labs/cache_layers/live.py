@@ -1,0 +1,313 @@
+"""The live part of the cache-layers lab: real HTTP through a client cache and an edge
+to a real daphne, origin calls counted by the server cache.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from course.labs.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.cache_layers.http_cache import HttpCache, _seconds
+from course.labs.cache_layers.model import (
+    BOOKS,
+    BRANCHES,
+    LAYERS,
+    _share,
+    chain_stream,
+    request_stream,
+)
+from course.labs.jsnum import js_fixed_number
+
+# --- live part: real HTTP through a client cache and an edge to a real daphne -------
+
+LIVE_KINDS = {"book": "book", "branch": "stock", "member": "history"}  # -> namespace
+LIVE_NAMESPACES = tuple(LIVE_KINDS.values())
+# Whole anonymous pages (``library.cache.pages``): a hit there is the server layer
+# too, and the tier makes no origin call of its own (a miss runs the view).
+PAGE_NAMESPACE = "page"
+COUNTED_NAMESPACES = (*LIVE_NAMESPACES, PAGE_NAMESPACE)
+
+
+@dataclass(frozen=True)
+class LivePages:
+    """The real rows standing for the model's ids: id N is the N-th row by key."""
+
+    books: list[int]
+    branches: list[int]
+    members: list[int]
+
+    def path(self, kind: str, ident: int) -> str:
+        if kind == "book":
+            return f"/books/{self.books[ident - 1]}/"
+        if kind == "branch":
+            return f"/branches/{self.branches[ident - 1]}/"
+        return f"/members/{self.members[ident - 1]}/"
+
+    @property
+    def flush_path(self) -> str:
+        # A catalogue page: the ``list`` namespace, which this lab does not count.
+        return f"/branches/{self.branches[0]}/books/"
+
+
+def _live_pages(members_needed: int) -> LivePages:
+    from course.labs.base import LabError
+    from library.models import Book, Branch, Member
+
+    def first(model: type[Book] | type[Branch] | type[Member], count: int) -> list[int]:
+        ids = [
+            int(pk)
+            for pk in model.objects.order_by("pk").values_list("pk", flat=True)[:count]
+        ]
+        if len(ids) < count:
+            raise LabError(
+                f"live: the stream reads {count} {model._meta.verbose_name_plural}, "
+                f"the database has {len(ids)} (manage.py seed_library makes enough)"
+            )
+        return ids
+
+    return LivePages(
+        books=first(Book, BOOKS),
+        branches=first(Branch, BRANCHES),
+        members=first(Member, members_needed),
+    )
+
+
+@dataclass
+class ChainRun:
+    layers: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LAYERS, 0))
+    sent: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LIVE_KINDS, 0))
+    wall_s: float = 0.0
+
+
+def _get(client: Any, path: str, *, anonymous: bool) -> Any:
+    from course.labs.base import LabError
+
+    response = client.get(path)
+    if response.status_code != 200:
+        raise LabError(f"live: GET {path} answered {response.status_code}")
+    if anonymous:
+        # An anonymous visitor keeps no cookie: one sent back would make the page
+        # vary per visitor (Vary: Cookie) and no shared cache could share it.
+        client.cookies.clear()
+    return response
+
+
+def chain_live(
+    stream: list[tuple[int, str, int]],
+    pages: LivePages,
+    *,
+    anonymous: Any,
+    signed_in: Any,
+    client_capacity: int,
+    edge_capacity: int,
+    progress: Progress,
+) -> ChainRun:
+    """Send the chain stream through per-user client caches and the edge, in order.
+
+    Only a request neither cache can answer is sent over HTTP; its response is then
+    offered to the edge and to the user's client cache, which keep it as far as its
+    Cache-Control allows. Book and branch pages are read anonymously (they are the
+    same for everyone); a member's history carries the session of a signed-in staff
+    account, since the page is private. The clock is the real one.
+    """
+    from course.labs.live import live_step
+
+    run = ChainRun()
+    clients: dict[int, HttpCache] = {}
+    edge = HttpCache(edge_capacity, shared=True)
+    started = time.monotonic()
+    step = max(1, len(stream) // 10)
+    for i, (user, kind, ident) in enumerate(stream):
+        if i % step == 0:
+            live_step(
+                progress,
+                0.1 + 0.5 * i / len(stream),
+                f"chain: request {i + 1} of {len(stream)}",
+            )
+        path = pages.path(kind, ident)
+        client = clients.setdefault(user, HttpCache(client_capacity, shared=False))
+        now = time.monotonic()
+        if client.lookup(path, now) is not None:
+            run.layers["client"] += 1
+            continue
+        found = edge.lookup(path, now)
+        if found is not None:
+            run.layers["edge"] += 1
+            client.offer(path, found.cache_control, stored_at=found.stored_at, now=now)
+            continue
+        private = kind == "member"
+        response = _get(
+            signed_in if private else anonymous, path, anonymous=not private
+        )
+        arrived = time.monotonic()
+        produced = arrived - (_seconds(response.headers.get("age")) or 0.0)
+        directives = response.headers.get("cache-control", "")
+        edge.offer(path, directives, stored_at=produced, now=arrived)
+        client.offer(path, directives, stored_at=produced, now=arrived)
+        run.sent[kind] += 1
+    run.wall_s = time.monotonic() - started
+    return run
+
+
+def repetition_live(
+    stream: list[tuple[str, int]], pages: LivePages, *, anonymous: Any, signed_in: Any
+) -> float:
+    """Send every request of the repetition stream over HTTP; return the wall time."""
+    started = time.monotonic()
+    for kind, ident in stream:
+        private = kind == "member"
+        path = pages.path(kind, ident)
+        _get(signed_in if private else anonymous, path, anonymous=not private)
+    return time.monotonic() - started
+
+
+def live(params: Params, progress: Progress) -> Tables:
+    """Run both streams against the real application over HTTP.
+
+    1. Two daphne processes start on this database and Redis: one with the cache
+       (``LIBRARY_CACHE=on``), one without (``off``). The model's ids map to real
+       rows: book N is the N-th book by id, likewise branches and members.
+    2. The server cache is made cold for every page the run reads.
+    3. ``chain``: the model's stream, request by request, through a client cache per
+       user (``client_capacity`` entries) and a shared edge (``edge_capacity``) that
+       obey each response's Cache-Control; what they cannot answer goes over HTTP to
+       the cached daphne. The origin's share is the origin calls the server itself
+       counted (``library.cache.metrics``, namespaces book, stock and history);
+       ``server`` is the HTTP requests it answered from its cache.
+    4. ``repetition``: the model's other stream, every request over HTTP to the
+       uncached daphne; each one is an origin call.
+
+    Why the counts match the model's: the server cache never forgets an entry during
+    a run (Redis is not bounded by ``server_capacity``; the model's 200 entries
+    exceed the 64 distinct keys a run can have), so every distinct page reaches the
+    origin exactly once and the origin count is the distinct server keys, as in the
+    model. Cache-Control lifetimes are real seconds: the branch page's is 5 s, on the
+    client, the edge and the server's fresh window alike, so the counts equal the
+    model's when the chain's HTTP requests fit in that window (``live_server`` shows
+    ``stale_served`` > 0 when they did not); the layer shares then match as well.
+    Outside the origin count, the book page's server hit costs one primary-key
+    lookup of its version (the key names it), which is not an origin call. The page
+    tier (whole anonymous pages, namespace ``page``) answers most repeated book
+    reads; a hit there is a server answer as well, shown on a row of its own in
+    ``live_server`` (it serves many HTTP requests of several kinds, hence no count).
+    Traffic of the installation on the same Redis during the run is counted too.
+    """
+    from course.labs.http_caching import signed_in_staff
+    from course.labs.live import live_step, new_run_id
+    from course.labs.live_http import (
+        client_for,
+        counters,
+        counters_delta,
+        counters_settled,
+        daphnes,
+        server_cold,
+    )
+
+    requests, seed = int_param(params, "requests"), int_param(params, "seed")
+    chain = chain_stream(requests, int_param(params, "users"), seed)
+    repeated = request_stream(requests, seed)
+    chain_members = {ident for _, kind, ident in chain if kind == "member"}
+    stream_members = {ident for kind, ident in repeated if kind == "member"}
+    pages = _live_pages(max(chain_members | stream_members, default=0))
+    with (
+        daphnes(progress, ["on", "off"]) as (cached, uncached),
+        client_for(cached) as anonymous,
+        client_for(cached) as signed_in,
+        signed_in_staff(signed_in, new_run_id()),
+    ):
+        live_step(progress, 0.08, "server cache made cold for the run's pages")
+        server_cold(
+            books=pages.books,
+            branches=pages.branches,
+            members=[pages.members[m - 1] for m in sorted(chain_members)],
+        )
+        before = counters(COUNTED_NAMESPACES)
+        run = chain_live(
+            chain,
+            pages,
+            anonymous=anonymous,
+            signed_in=signed_in,
+            client_capacity=int_param(params, "client_capacity"),
+            edge_capacity=int_param(params, "edge_capacity"),
+            progress=progress,
+        )
+        live_step(progress, 0.62, "chain: reading the server's own counters")
+        chain_delta = counters_delta(
+            counters_settled([cached], COUNTED_NAMESPACES, flush_path=pages.flush_path),
+            before,
+        )
+        # The session is the same on both servers (one database, one secret).
+        with (
+            client_for(uncached) as plain,
+            client_for(uncached, cookies=signed_in.cookies) as plain_signed_in,
+        ):
+            live_step(progress, 0.65, "repetition: every request to the origin")
+            before = counters(COUNTED_NAMESPACES)
+            repetition_s = repetition_live(
+                repeated, pages, anonymous=plain, signed_in=plain_signed_in
+            )
+            repetition_delta = counters_delta(
+                counters_settled(
+                    [uncached], COUNTED_NAMESPACES, flush_path=pages.flush_path
+                ),
+                before,
+            )
+    origin = sum(chain_delta[n]["origin_calls"] for n in LIVE_NAMESPACES)
+    sent = sum(run.sent.values())
+    run.layers["server"] = sent - origin
+    run.layers["origin"] = origin
+    unique = len({pages.path(kind, ident) for kind, ident in repeated})
+    queries = sum(repetition_delta[n]["origin_calls"] for n in LIVE_NAMESPACES)
+    server_rows: list[list[Cell]] = []
+    sent_by_namespace: dict[str, int | None] = {
+        namespace: run.sent[kind] for kind, namespace in LIVE_KINDS.items()
+    }
+    for namespace in COUNTED_NAMESPACES:
+        found = chain_delta[namespace]
+        server_rows.append(
+            [
+                namespace,
+                sent_by_namespace.get(namespace),
+                found["hits"],
+                found["misses"],
+                found["origin_calls"],
+                found["stale_served"],
+            ]
+        )
+    return {
+        "live_repetition": table(
+            ["requests", "unique_keys", "origin_queries", "repeat_queries"],
+            [[len(repeated), unique, queries, queries - unique]],
+        ),
+        "live_chain": table(
+            ["layer", "requests", "share_pct"],
+            [
+                [
+                    layer,
+                    run.layers[layer],
+                    js_fixed_number(_share(run.layers[layer], requests)),
+                ]
+                for layer in LAYERS
+            ],
+        ),
+        "live_server": table(
+            [
+                "namespace",
+                "http_requests",
+                "hits",
+                "misses",
+                "origin_calls",
+                "stale_served",
+            ],
+            server_rows,
+        ),
+        "live_timing": table(
+            ["stream", "http_requests", "wall_s"],
+            [
+                ["chain", sent, round(run.wall_s, 2)],
+                ["repetition", len(repeated), round(repetition_s, 2)],
+            ],
+        ),
+    }

@@ -1,0 +1,88 @@
+"""Lab for "Cache Strategies": cache-aside, write-through and write-behind compared.
+
+Model part, ported from the lesson's two experiments:
+
+1. ``strategies`` — one seeded workload of reads and shelf-count changes runs against
+   three caches that differ only in what a write does: cache-aside writes the origin
+   and drops the entry, write-through writes both, write-behind writes the cache and
+   flushes the collected changes to the origin every ``flush_every`` writes. Counted:
+   origin reads and writes, hits and misses, reads that returned a value other than
+   the true one (``stale``), changes still waiting in the cache at the end
+   (``pending``) and books whose origin row disagrees with the truth (``diverged``).
+2. ``race`` — the four-step interleaving on book 7 where a cache-aside miss stores a
+   value read before a concurrent write deleted the entry; fixed, as the course
+   prints it.
+
+The course keeps each origin in its own SQLite file. Here the origin is a dict of shelf
+counts that counts its reads and writes: every statement the course issues is a
+single-row read or overwrite by primary key, so a database would change no count.
+
+The live part (``live``) runs the same workload and race on the real Redis and
+the real book rows.
+"""
+
+from __future__ import annotations
+
+from course.labs.base import Chart, Lab, Param
+from course.labs.cache_strategies import live, model
+from course.labs.cache_strategies.model import (
+    CATALOGUE_BOOKS,
+    Operation,
+    ShelfOrigin,
+    workload,
+)
+from course.labs.jsnum import SEED_MAX
+
+__all__ = ["LAB", "Operation", "ShelfOrigin", "workload"]
+
+
+LAB = Lab(
+    slug="cache-strategies",
+    title="Cache Strategies",
+    params=(
+        Param(
+            "ops", "int", 1200, "operations in the workload", minimum=0, maximum=200_000
+        ),
+        Param("seed", "int", 20250729, "generator seed", minimum=0, maximum=SEED_MAX),
+        Param(
+            "write_ratio",
+            "float",
+            0.15,
+            "share of operations that change a shelf count",
+            minimum=0,
+            maximum=1,
+        ),
+        Param(
+            "hot_books",
+            "int",
+            12,
+            "books the workload touches (the catalogue has 60)",
+            minimum=1,
+            maximum=CATALOGUE_BOOKS,
+        ),
+        Param(
+            "flush_every",
+            "int",
+            20,
+            "write-behind flushes after this many writes",
+            minimum=1,
+            maximum=200_000,
+        ),
+    ),
+    model=model.model,
+    live=live.live,
+    charts=(
+        Chart(
+            table="strategies",
+            label="strategy",
+            values=("origin_reads", "origin_writes"),
+            title="Traffic reaching the origin",
+        ),
+        Chart(
+            table="strategies",
+            label="strategy",
+            values=("pending", "diverged"),
+            title="What a crash at the end would lose",
+        ),
+    ),
+)
