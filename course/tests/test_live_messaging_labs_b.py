@@ -172,7 +172,7 @@ def test_publish_subscribe_live_pauses_the_lab_subscriptions_when_it_fails(
     def boom(*args: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(publish_subscribe, "_live_slow", boom)
+    monkeypatch.setattr(publish_subscribe.live, "_live_slow", boom)
     with pytest.raises(RuntimeError, match="boom"):
         live_tables("publish-subscribe")
     # The fan-out had started both before the failure.
@@ -245,7 +245,7 @@ def test_streams_vs_queues_live_storage_replay_and_retention(redis_client):
 
 
 def test_streams_vs_queues_live_retention_follows_keep(redis_client):
-    from course.labs.streams_vs_queues import _live_retention
+    from course.labs.streams_vs_queues.live import _live_retention
 
     row, reads = _live_retention(8)
     # Keeping 8 of 10 drops 2: the consumer at offset 2 loses nothing.

@@ -1,25 +1,5 @@
-"""Lab for "Delivery Semantics": the order of acknowledgement and effect decides.
-
-Model part, two measurements:
-
-1. ``modes`` — ``messages`` overdue notifications sit in an outbox. On the first pass
-   the process dies half-way through the first attempt of every message listed in
-   ``crashes``; a second pass (the restarted process) takes whatever is still
-   pending. Three arrangements run the same workload:
-
-   - ``at-most-once``: acknowledge, then send;
-   - ``at-least-once``: send, then acknowledge;
-   - ``deduplication``: send and record the message id in a guard table in one
-     transaction, then acknowledge; a message already recorded is not sent again.
-
-   The tables live in an in-memory SQLite database in autocommit mode, so a "death"
-   rolls back exactly what an open transaction held, as in the lesson.
-2. ``external`` — one message whose effect is a call to an outside service, which no
-   database transaction can cover. The process dies between the two steps on the
-   first pass. Fixed, as the course prints it.
-
-A crash listed for a message id that does not exist never happens, as in the course,
-where the crash set is only consulted for the messages being processed.
+"""The model part of the delivery-semantics lab: at-most-once, at-least-once and
+deduplication on a SQLite outbox, and the order of an external effect.
 """
 
 from __future__ import annotations
@@ -27,17 +7,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING
-
-from rq import Retry
 
 from course.labs.base import (
     Cell,
-    Chart,
-    Lab,
-    LabError,
-    Param,
     Params,
     Progress,
     Tables,
@@ -45,9 +17,6 @@ from course.labs.base import (
     int_param,
     table,
 )
-
-if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
 
 MODES = ("at-most-once", "at-least-once", "deduplication")
 PASSES = (1, 2)
@@ -254,164 +223,3 @@ def model(params: Params, progress: Progress) -> Tables:
             ["order", "calls", "effect", "lost", "repeated"], external_rows
         ),
     }
-
-
-# --- live part ---------------------------------------------------------------------
-
-# The live part runs one real message at a time through the spine; keep it short.
-LIVE_MAX_MESSAGES = 200
-LIVE_MODE_COLUMNS = ["mode", "delivered", "effect", "lost", "repeated"]
-
-
-def _live_rq_mode(
-    system: LiveSystem, mode: str, run: str, messages: int, crashes: set[int]
-) -> Counts:
-    """One rq job per message on the run's private queue; wait until all settle."""
-    from course.labs import live as harness
-    from course.labs.live_jobs import probe_at_least_once, probe_at_most_once
-    from messaging.probes import crash_token
-
-    job_ids = []
-    for seq in range(1, messages + 1):
-        if mode == "at-most-once":
-            job = system.enqueue(
-                probe_at_most_once, run, seq, seq in crashes, job_id=f"amo-{seq}"
-            )
-        else:
-            if seq in crashes:
-                crash_token(run, seq).touch()
-            job = system.enqueue(
-                probe_at_least_once,
-                run,
-                seq,
-                job_id=f"alo-{seq}",
-                retry=Retry(max=3),
-            )
-        job_ids.append(job.id)
-    harness.wait_until(
-        lambda: harness.rq_jobs_settled(system, job_ids),
-        what=f"the {mode} rq jobs",
-        timeout=30 + 2 * messages,
-        system=system,
-        detail=lambda: f"{harness.deliveries_counted(run, mode)} deliveries counted",
-    )
-    delivered = harness.deliveries_counted(run, mode)
-    effects = harness.effect_counts(run)
-    return Counts(
-        delivered,
-        effects.effect,
-        messages - effects.distinct,
-        effects.effect - effects.distinct,
-    )
-
-
-def _live_spine(
-    system: LiveSystem, run: str, messages: int, crashes: set[int], progress: Progress
-) -> Counts:
-    """Publish through the outbox, one message at a time; count claims and effects.
-
-    The next message is published once the previous one has been claimed: a drain
-    claims fresh deliveries in batches, and a worker dying on one message would
-    otherwise take its batch-mates' attempts with it (they count as deliveries).
-    """
-    from course.labs import live as harness
-
-    ids: dict[int, int] = {}
-    for seq in range(1, messages + 1):
-        ids.update(harness.publish_probes(run, [seq], crash_once={seq} & crashes))
-        message_id = ids[seq]
-        harness.wait_until(
-            partial(harness.delivery_reached, message_id, attempts=1),
-            what=f"the first claim of probe {seq}",
-            timeout=30,
-            system=system,
-        )
-        if seq % 4 == 0:
-            harness.live_step(
-                progress, 0.7 + 0.2 * seq / messages, f"deduplication: {seq} published"
-            )
-    harness.wait_until(
-        lambda: harness.deliveries_settled(ids.values()),
-        what="the deduplication deliveries",
-        timeout=30 + 4 * len(crashes),
-        system=system,
-    )
-    effects = harness.effect_counts(run)
-    return Counts(
-        harness.attempts_total(ids.values()),
-        effects.effect,
-        messages - effects.distinct,
-        effects.effect - effects.distinct,
-    )
-
-
-def live(params: Params, progress: Progress) -> Tables:
-    """Ask real processes: rq by default, rq with Retry, and the outbox spine.
-
-    Every crash hits the first attempt of a message listed in ``crashes``: the
-    work-horse SIGKILLs itself (before the effect at most once, after the committed
-    effect at least once, inside the effect's transaction with the spine).
-    """
-    from course.labs import live as harness
-
-    messages = int_param(params, "messages")
-    if messages > LIVE_MAX_MESSAGES:
-        raise LabError(
-            f"live: at most {LIVE_MAX_MESSAGES} messages on real processes, "
-            f"got {messages}"
-        )
-    crashes = {n for n in int_list_param(params, "crashes") if n <= messages}
-    run = harness.new_run_id()
-    rows: list[list[Cell]] = []
-    with harness.live_system(run=run, progress=progress, private_queue=True) as system:
-        for index, mode in enumerate(("at-most-once", "at-least-once")):
-            harness.live_step(progress, 0.1 + 0.3 * index, f"{mode}: rq jobs")
-            counts = _live_rq_mode(system, mode, f"{run}-{mode[:8]}", messages, crashes)
-            rows.append(counts.row(mode))
-        harness.live_step(progress, 0.7, "deduplication: the outbox and its guard")
-        counts = _live_spine(system, f"{run}-dedup", messages, crashes, progress)
-        rows.append(counts.row("deduplication"))
-    return {"live_modes": table(LIVE_MODE_COLUMNS, rows)}
-
-
-LAB = Lab(
-    slug="delivery-semantics",
-    title="Delivery Semantics",
-    params=(
-        Param(
-            "messages",
-            "int",
-            12,
-            "overdue notifications in the outbox",
-            minimum=1,
-            maximum=5000,
-        ),
-        Param(
-            "crashes",
-            "int_list",
-            [3, 7, 11],
-            "message ids whose first attempt dies half-way",
-            minimum=1,
-            maximum=5000,
-            max_items=50,
-        ),
-    ),
-    model=model,
-    live=live,
-    charts=(
-        Chart(
-            table="modes",
-            label="mode",
-            values=("lost", "repeated"),
-            title="Lost and repeated notifications per mode",
-            unit="messages",
-        ),
-        Chart(
-            table="modes",
-            label="mode",
-            values=("delivered", "effect"),
-            title="Deliveries against notifications actually sent",
-            unit="messages",
-        ),
-    ),
-)

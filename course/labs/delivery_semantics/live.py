@@ -1,0 +1,142 @@
+"""The live part of the delivery-semantics lab: one real message at a time through rq
+and the messaging spine.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+
+from rq import Retry
+
+from course.labs.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_list_param,
+    int_param,
+    table,
+)
+from course.labs.delivery_semantics.model import Counts
+
+if TYPE_CHECKING:
+    from course.labs.live import LiveSystem
+
+# --- live part ---------------------------------------------------------------------
+
+# The live part runs one real message at a time through the spine; keep it short.
+LIVE_MAX_MESSAGES = 200
+LIVE_MODE_COLUMNS = ["mode", "delivered", "effect", "lost", "repeated"]
+
+
+def _live_rq_mode(
+    system: LiveSystem, mode: str, run: str, messages: int, crashes: set[int]
+) -> Counts:
+    """One rq job per message on the run's private queue; wait until all settle."""
+    from course.labs import live as harness
+    from course.labs.live_jobs import probe_at_least_once, probe_at_most_once
+    from messaging.probes import crash_token
+
+    job_ids = []
+    for seq in range(1, messages + 1):
+        if mode == "at-most-once":
+            job = system.enqueue(
+                probe_at_most_once, run, seq, seq in crashes, job_id=f"amo-{seq}"
+            )
+        else:
+            if seq in crashes:
+                crash_token(run, seq).touch()
+            job = system.enqueue(
+                probe_at_least_once,
+                run,
+                seq,
+                job_id=f"alo-{seq}",
+                retry=Retry(max=3),
+            )
+        job_ids.append(job.id)
+    harness.wait_until(
+        lambda: harness.rq_jobs_settled(system, job_ids),
+        what=f"the {mode} rq jobs",
+        timeout=30 + 2 * messages,
+        system=system,
+        detail=lambda: f"{harness.deliveries_counted(run, mode)} deliveries counted",
+    )
+    delivered = harness.deliveries_counted(run, mode)
+    effects = harness.effect_counts(run)
+    return Counts(
+        delivered,
+        effects.effect,
+        messages - effects.distinct,
+        effects.effect - effects.distinct,
+    )
+
+
+def _live_spine(
+    system: LiveSystem, run: str, messages: int, crashes: set[int], progress: Progress
+) -> Counts:
+    """Publish through the outbox, one message at a time; count claims and effects.
+
+    The next message is published once the previous one has been claimed: a drain
+    claims fresh deliveries in batches, and a worker dying on one message would
+    otherwise take its batch-mates' attempts with it (they count as deliveries).
+    """
+    from course.labs import live as harness
+
+    ids: dict[int, int] = {}
+    for seq in range(1, messages + 1):
+        ids.update(harness.publish_probes(run, [seq], crash_once={seq} & crashes))
+        message_id = ids[seq]
+        harness.wait_until(
+            partial(harness.delivery_reached, message_id, attempts=1),
+            what=f"the first claim of probe {seq}",
+            timeout=30,
+            system=system,
+        )
+        if seq % 4 == 0:
+            harness.live_step(
+                progress, 0.7 + 0.2 * seq / messages, f"deduplication: {seq} published"
+            )
+    harness.wait_until(
+        lambda: harness.deliveries_settled(ids.values()),
+        what="the deduplication deliveries",
+        timeout=30 + 4 * len(crashes),
+        system=system,
+    )
+    effects = harness.effect_counts(run)
+    return Counts(
+        harness.attempts_total(ids.values()),
+        effects.effect,
+        messages - effects.distinct,
+        effects.effect - effects.distinct,
+    )
+
+
+def live(params: Params, progress: Progress) -> Tables:
+    """Ask real processes: rq by default, rq with Retry, and the outbox spine.
+
+    Every crash hits the first attempt of a message listed in ``crashes``: the
+    work-horse SIGKILLs itself (before the effect at most once, after the committed
+    effect at least once, inside the effect's transaction with the spine).
+    """
+    from course.labs import live as harness
+
+    messages = int_param(params, "messages")
+    if messages > LIVE_MAX_MESSAGES:
+        raise LabError(
+            f"live: at most {LIVE_MAX_MESSAGES} messages on real processes, "
+            f"got {messages}"
+        )
+    crashes = {n for n in int_list_param(params, "crashes") if n <= messages}
+    run = harness.new_run_id()
+    rows: list[list[Cell]] = []
+    with harness.live_system(run=run, progress=progress, private_queue=True) as system:
+        for index, mode in enumerate(("at-most-once", "at-least-once")):
+            harness.live_step(progress, 0.1 + 0.3 * index, f"{mode}: rq jobs")
+            counts = _live_rq_mode(system, mode, f"{run}-{mode[:8]}", messages, crashes)
+            rows.append(counts.row(mode))
+        harness.live_step(progress, 0.7, "deduplication: the outbox and its guard")
+        counts = _live_spine(system, f"{run}-dedup", messages, crashes, progress)
+        rows.append(counts.row("deduplication"))
+    return {"live_modes": table(LIVE_MODE_COLUMNS, rows)}

@@ -1,0 +1,81 @@
+"""Lab for "Message Queues": acknowledgement, competing consumers and queue depth.
+
+Model part, ported from the lesson's experiments on a queue with a virtual clock:
+
+1. ``unacknowledged`` — three jobs; the first consumer acknowledges all but the second
+   and stops. The clock moves on by ``visibility``; a second consumer then receives
+   the abandoned job again.
+2. ``competing`` — twelve jobs taken in turn by three consumers (fixed, as printed).
+3. ``depth`` — per consumer count, queue depth at the end of each round when
+   ``production`` jobs arrive per round and each consumer finishes
+   ``consumption_rate``.
+
+``unacknowledged`` has one row per delivery, in the order the course prints its
+per-delivery lines: virtual time, which consumer, message id, how many times that
+message has been handed out so far, and the consumer's verdict ("acknowledged" or
+"left unacknowledged"). The course's depth/visible lines and its total
+go to the extra tables ``queue_state`` and ``deliveries``.
+"""
+
+from __future__ import annotations
+
+from course.labs.base import Chart, Lab, Param
+from course.labs.message_queues import live, model
+
+__all__ = ["LAB"]
+
+
+LAB = Lab(
+    slug="message-queues",
+    title="Message Queues",
+    params=(
+        Param(
+            "visibility",
+            "float",
+            30.0,
+            "visibility timeout, and how far the clock moves before consumer-2",
+            minimum=0,
+            exclusive_minimum=True,
+            maximum=1e6,
+        ),
+        Param(
+            "consumers",
+            "int_list",
+            [1, 2, 3],
+            "consumer counts for the depth run",
+            minimum=1,
+            maximum=100,
+            max_items=10,
+        ),
+        Param("rounds", "int", 6, "rounds in the depth run", minimum=1, maximum=500),
+        Param("production", "int", 5, "jobs written per round", minimum=0, maximum=500),
+        Param(
+            "consumption_rate",
+            "int",
+            3,
+            "jobs each consumer finishes per round",
+            minimum=0,
+            maximum=500,
+        ),
+    ),
+    model=model.model,
+    live=live.live,
+    charts=(
+        Chart(
+            table="depth",
+            label="consumers",
+            values=("depths",),
+            title="Queue depth at the end of each round",
+            unit="messages",
+            split=True,
+            category_prefix="round ",
+        ),
+        Chart(
+            table="competing",
+            label="consumer",
+            values=("messages",),
+            title="Messages handled per competing consumer",
+            unit="messages",
+        ),
+    ),
+)

@@ -1,0 +1,114 @@
+"""Lab for "Poison Messages and Retry": counter placement, backoff and jitter.
+
+Model part, four measurements:
+
+1. ``counter_position`` — five messages, the third kills the consumer process; the
+   process is restarted up to twelve times. With the attempt counter raised in the
+   error handler the handler never runs, so the threshold of three is never reached;
+   raised on delivery, the third delivery isolates the message before the work.
+   Fixed, as the course prints it.
+2. ``schedule`` — the wait before attempts 1 to 8 under four schedules (none, a fixed
+   2 s, ``base_ms * 2**(n-1)``, and the same capped at ``cap_ms``) and their sums.
+3. ``budget`` — how many attempts fit in ``budget_ms`` of waiting under each schedule
+   (``unlimited`` when a thousand fit) and the wait used by then.
+4. ``jitter`` — ``consumers`` consumers fail at the same instant and retry
+   ``attempts`` times; their retry moments are counted per ``bucket_ms`` slot with no
+   jitter, full jitter and decorrelated jitter, drawing from the course's generator
+   seeded with ``seed``.
+
+The capped exponential wait is the system's own policy, ``messaging.policies.Backoff``.
+The system's ``full_jitter_ms`` truncates its draw, while the course rounds half up,
+so the jitter experiment draws its waits here on top of ``Backoff.delay_ms``.
+"""
+
+from __future__ import annotations
+
+from course.labs.base import Chart, Lab, Param
+from course.labs.jsnum import SEED_MAX
+from course.labs.poison_messages import live, model
+from course.labs.poison_messages.model import _check_wave_size
+
+__all__ = ["LAB"]
+
+
+LAB = Lab(
+    slug="poison-messages-and-retry",
+    title="Poison Messages and Retry",
+    params=(
+        Param(
+            "base_ms",
+            "int",
+            500,
+            "first exponential wait",
+            minimum=0,
+            maximum=1_000_000,
+        ),
+        Param(
+            "cap_ms",
+            "int",
+            30_000,
+            "longest wait of the capped schedules",
+            minimum=0,
+            maximum=100_000_000,
+        ),
+        Param(
+            "budget_ms",
+            "int",
+            300_000,
+            "time budget for waiting between attempts",
+            minimum=0,
+            maximum=1_000_000_000,
+        ),
+        Param(
+            "consumers",
+            "int",
+            200,
+            "consumers failing at the same instant",
+            minimum=1,
+            maximum=10_000,
+        ),
+        Param("attempts", "int", 4, "retries per consumer", minimum=1, maximum=100),
+        Param(
+            "bucket_ms",
+            "int",
+            100,
+            "width of a counting slot",
+            minimum=1,
+            maximum=1_000_000,
+        ),
+        Param(
+            "seed",
+            "int",
+            20250720,
+            "seed of the course's generator",
+            minimum=0,
+            maximum=SEED_MAX,
+        ),
+    ),
+    model=model.model,
+    live=live.live,
+    combination_check=_check_wave_size,
+    charts=(
+        Chart(
+            table="jitter",
+            label="schedule",
+            values=("peak_per_bucket",),
+            title="Busiest slot of the retry wave",
+            unit="requests",
+        ),
+        Chart(
+            table="jitter",
+            label="schedule",
+            values=("filled_buckets",),
+            title="Slots the retry wave is spread over",
+            unit="slots",
+        ),
+        Chart(
+            table="counter_position",
+            label="position",
+            values=("deaths", "processed", "dead_letters", "remaining"),
+            title="Where the attempt counter is raised",
+            unit="count",
+        ),
+    ),
+)

@@ -1,0 +1,178 @@
+"""The live part of the rationale lab: real child processes that issue loans and die,
+with an in-memory and an outbox hand-off.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from course.labs.base import Cell, LabError, Params, Progress, Tables, table
+
+if TYPE_CHECKING:
+    from course.labs.live import LiveSystem
+
+# --- live part ---------------------------------------------------------------------
+
+LIVE_LOANS = 3
+LIVE_HANDOFFS = (("in memory", "in-memory"), ("outbox", "outbox"))
+CHILD_TIMEOUT_S = 60.0
+
+
+def _live_loans() -> list[tuple[int, int]]:
+    """Return (member, book) pairs: three members, three books of one branch."""
+    from library.models import Book, Branch, Member
+
+    members = list(Member.objects.order_by("id").values_list("id", flat=True)[:3])
+    for branch_id in Branch.objects.order_by("id").values_list("id", flat=True):
+        books = list(
+            Book.objects.filter(branch_id=branch_id, on_shelf__gte=1)
+            .order_by("-on_shelf", "id")
+            .values_list("id", flat=True)[:LIVE_LOANS]
+        )
+        if len(books) == LIVE_LOANS and len(members) == LIVE_LOANS:
+            return list(zip(members, books, strict=True))
+    raise LabError(
+        "live: the library needs a branch with 3 books on the shelf and 3 members "
+        "(python manage.py seed_library)"
+    )
+
+
+def _none_left(rows: Any) -> bool:
+    return not rows.exists()
+
+
+def _issue_and_die(
+    system: LiveSystem, handoff: str, flag: str, pairs: list[tuple[int, int]]
+) -> tuple[list[int], Path]:
+    """Run the child that issues the loans and is killed right after answering."""
+    import signal
+
+    from jobs.processes import child_environment, start_manage
+    from messaging.probes import probe_dir
+
+    folder = probe_dir(system.run)
+    answers = folder / f"answers-{flag}"
+    side_jobs = folder / f"side-jobs-{flag}"
+    args = ["labchild", "loans", "--handoff", flag, "--answers", str(answers)]
+    args += ["--side-jobs-dir", str(side_jobs)]
+    for member, book in pairs:
+        args += ["--loan", f"{member}:{book}"]
+    child = start_manage(*args, env=child_environment(LOG_LEVEL="WARNING"))
+    try:
+        code = child.wait(timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        raise LabError(
+            f"live: the {handoff} loan request did not finish in {CHILD_TIMEOUT_S:g} s"
+        ) from None
+    loan_ids = [int(line) for line in answers.read_text().split()]
+    if code != -signal.SIGKILL or len(loan_ids) != len(pairs):
+        raise LabError(
+            f"live: the {handoff} loan request ended with status {code} after "
+            f"{len(loan_ids)} of {len(pairs)} loans (expected death by SIGKILL)"
+        )
+    return loan_ids, side_jobs
+
+
+def live(params: Params, progress: Progress) -> Tables:
+    """A real process issues three loans and is SIGKILLed right after answering.
+
+    ``in memory``: each loan's side jobs go to a background thread of that process,
+    which starts them after a delay; after the kill, count what names them anywhere
+    (nothing can: only the dead process's memory did). ``outbox``: the side jobs are
+    the deliveries of the loans' outbox messages, written in each loan's
+    transaction; after the kill, count them and let the workers run them. The real
+    ``loan_issue`` writes its outbox message in both runs: the ``in memory`` row
+    counts only what its own hand-off left. The loans are returned afterwards
+    (``loan_return``), so the library keeps its shelf counts.
+    """
+    import time
+
+    from course.labs import live as harness
+    from course.management.commands.labchild import SIDE_JOB_DELAY_S, loan_side_jobs
+    from library.models import Loan
+    from library.services import loan_return
+    from messaging.models import Delivery, OutboxMessage
+    from messaging.registry import MessageType
+
+    pairs = _live_loans()
+    # The system's side jobs of a loan are the subscriptions its message reaches
+    # (three, as in the lesson, while the registry has three for loans).
+    side_jobs = loan_side_jobs()
+    names = " ".join(side_jobs)
+    run = harness.new_run_id()
+    rows: list[list[Cell]] = []
+    detail: list[list[Cell]] = []
+    with harness.live_system(run=run, progress=progress) as system:
+        for index, (handoff, flag) in enumerate(LIVE_HANDOFFS):
+            harness.live_step(
+                progress, 0.1 + 0.4 * index, f"{handoff}: 3 loans, then SIGKILL"
+            )
+            loan_ids, side_dir = _issue_and_die(system, handoff, flag, pairs)
+            try:
+                loan_rows = Loan.objects.filter(pk__in=loan_ids).count()
+                handed_off = len(loan_ids) * len(side_jobs)
+                if flag == "in-memory":
+                    done_before = len(list(side_dir.glob("*")))
+                    # Nothing durable lists a job still waiting in the dead
+                    # process's memory, so nothing can be recovered; wait past the
+                    # thread's delay to see that none of them ever runs.
+                    recoverable = 0
+                    time.sleep(SIDE_JOB_DELAY_S + 0.5)
+                    done_after = len(list(side_dir.glob("*")))
+                    rows.append([handoff, loan_rows, recoverable])
+                    detail.append(
+                        [
+                            handoff,
+                            names,
+                            handed_off,
+                            done_before,
+                            recoverable,
+                            done_after,
+                        ]
+                    )
+                    continue
+                messages = OutboxMessage.objects.filter(
+                    type=MessageType.LOAN_ISSUED, body__loan_id__in=loan_ids
+                )
+                harness.wait_until(
+                    partial(_none_left, messages.filter(relayed_at__isnull=True)),
+                    what="the relay of the loans' messages",
+                    timeout=30,
+                    system=system,
+                )
+                deliveries = Delivery.objects.filter(message__in=messages)
+                recoverable = deliveries.count()
+                harness.live_step(progress, 0.8, "outbox: the workers run them")
+                harness.wait_until(
+                    partial(_none_left, deliveries.filter(status="pending")),
+                    what="the loans' side jobs",
+                    timeout=60,
+                    system=system,
+                )
+                done_after = deliveries.filter(status="done").count()
+                rows.append([handoff, loan_rows, recoverable])
+                detail.append(
+                    [handoff, names, handed_off, None, recoverable, done_after]
+                )
+            finally:
+                for loan_id in loan_ids:
+                    loan_return(loan_id=loan_id)
+    return {
+        "live_durability": table(["handoff", "loan_rows", "recoverable_jobs"], rows),
+        "live_side_jobs": table(
+            [
+                "handoff",
+                "side_jobs_per_loan",
+                "handed_off",
+                "done_before_kill",
+                "recoverable_jobs",
+                "done_after_restart",
+            ],
+            detail,
+        ),
+    }

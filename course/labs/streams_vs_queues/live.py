@@ -1,0 +1,252 @@
+"""The live part of the streams-vs-queues lab: storage, replay and retention on the
+real outbox, its subscription copies and a real Redis stream.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
+from course.labs.streams_vs_queues.model import (
+    LIBRARY_EVENTS,
+    REPORT,
+    RETENTION_EVENTS,
+    RETENTION_OFFSETS,
+    REWIND_TO,
+)
+
+if TYPE_CHECKING:
+    from course.labs.live import LiveSystem
+
+# --- live part ---------------------------------------------------------------------
+
+LIVE_EVENTS = len(LIBRARY_EVENTS)
+STREAM = "stock_projection"
+
+
+def live(params: Params, progress: Progress) -> Tables:
+    """Ask the outbox log, its subscriptions and the ``stock_projection`` consumer.
+
+    1. ``live_storage`` — six library events (stock-takes that find each of up to
+       three books' shelf count as it is: ``stock_correct`` to the same count) go
+       through the real outbox and relay. The log holds each once; the subscriptions
+       hold a ``Delivery`` row each. Bytes are the UTF-8 length of each body's compact
+       JSON (the course's ``JSON.stringify``), once per log record and once per copy,
+       as a topic that carried the message in each copy would store it. (This
+       system's ``Delivery`` rows point at the log row instead of carrying the body;
+       the copies it saves are the bodies, not the rows.)
+    2. ``live_replay`` — the consumer, caught up, is rewound to before the fourth of
+       the six (no rebuild: it reads again and changes nothing, its handler keeps
+       the newest book version), then to the log's start with a rebuild: the
+       projection is emptied and rebuilt from the log alone by the real workers,
+       and must equal the live books' ``on_shelf`` and the projection it replaced.
+       ``read`` is how many messages the consumer read to catch up again. If the
+       log was trimmed, a rebuild would lose the books last changed before the trim,
+       so it is not run on this installation (the row says so).
+    3. ``live_retention`` — ``log_trim`` deletes a prefix of the whole log, so it is
+       never run on this installation's log. A child ``manage.py`` process runs the
+       lesson's experiment on a throwaway SQLite file with
+       ``MESSAGING_RETENTION_MESSAGES=keep`` in its environment: ten probes, their
+       ``lab_probe`` copies all done (the caught-up reader), ``stock_projection``
+       at offset 2, then the trim. Offsets there start at 1, so ``log_starts_at``
+       7 is the course's earliest offset 6, and ``lost_by_consumer`` is
+       ``log_starts_at - 1 - consumer_offset``: the course's 4. The consumer is not
+       moved past the hole; it stops in the ``trimmed`` state.
+    """
+    from course.labs import live as harness
+    from course.labs import live_streams as helpers
+    from messaging.models import StreamConsumer
+
+    keep = int_param(params, "keep")
+    if keep < 1:
+        raise LabError(
+            "live: the system keeps at least 1 message "
+            "(MESSAGING_RETENTION_MESSAGES >= 1); use keep >= 1 with --live"
+        )
+    consumer = StreamConsumer.objects.filter(name=STREAM).first()
+    if consumer is not None and consumer.state == StreamConsumer.State.TRIMMED:
+        raise LabError(
+            f"live: the {STREAM} consumer stopped at a trimmed offset; rewind it in "
+            "the admin (Stream consumers) first"
+        )
+    books = helpers.recount_books()
+    run = harness.new_run_id()
+    with harness.live_system(run=run, progress=progress) as system:
+        harness.live_step(progress, 0.1, "storage: six events, one log, their copies")
+        ids = helpers.stock_recount(books, LIVE_EVENTS)
+        harness.wait_until(
+            lambda: helpers.copies_settled(ids) and _stream_offset() >= ids[-1],
+            what="the six events' copies and the stream consumer",
+            timeout=30,
+            system=system,
+        )
+        storage = _live_storage(ids)
+        harness.live_step(progress, 0.4, "replay: rewind the stock projection")
+        replay = _live_replay(system, ids)
+    harness.live_step(progress, 0.8, f"retention: keep {keep}, on a throwaway log")
+    retention, reads = _live_retention(keep)
+    return {
+        "live_storage": table(["model", "messages", "copies", "bytes"], storage),
+        "live_replay": table(
+            [
+                "step",
+                "rewound_to",
+                "read",
+                "projected_books",
+                "equal_to_books",
+                "changed_rows",
+            ],
+            replay,
+        ),
+        "live_retention": table(
+            [
+                "dropped",
+                "log_starts_at",
+                "consumer_offset",
+                "lost_by_consumer",
+                "state",
+            ],
+            [retention],
+        ),
+        "live_retention_reads": table(
+            ["stage", "log_records", "log_starts_at", "offset", "readable", "state"],
+            reads,
+        ),
+    }
+
+
+def _stream_offset() -> int:
+    from messaging.models import StreamConsumer
+
+    row = StreamConsumer.objects.filter(name=STREAM).values_list("offset", flat=True)
+    return int(row.first() or 0)
+
+
+def _live_storage(ids: list[int]) -> list[list[Cell]]:
+    from course.labs.live_streams import body_bytes
+    from messaging.models import Delivery, OutboxMessage
+
+    sizes = dict(OutboxMessage.objects.filter(pk__in=ids).values_list("id", "body"))
+    copies = list(
+        Delivery.objects.filter(message_id__in=ids).values_list("message_id", flat=True)
+    )
+    log_bytes = sum(body_bytes(body) for body in sizes.values())
+    copy_bytes = sum(body_bytes(sizes[message_id]) for message_id in copies)
+    return [
+        ["single log", len(ids), len(sizes), log_bytes],
+        ["subscription copies", len(ids), len(copies), copy_bytes],
+    ]
+
+
+def _projection() -> dict[int, tuple[int, int]]:
+    from library.models import StockProjection
+
+    rows = StockProjection.objects.values_list("book_id", "on_shelf", "book_version")
+    return {book: (on_shelf, version) for book, on_shelf, version in rows}
+
+
+def _projection_row(
+    step: str,
+    rewound_to: int | None,
+    read: int | None,
+    before: dict[int, tuple[int, int]],
+) -> list[Cell]:
+    from library.models import Book
+
+    now = _projection()
+    shelves = dict(Book.objects.filter(pk__in=list(now)).values_list("id", "on_shelf"))
+    equal = sum(
+        1 for book, (on_shelf, _) in now.items() if shelves.get(book) == on_shelf
+    )
+    changed = sum(
+        1 for book in set(now) | set(before) if now.get(book) != before.get(book)
+    )
+    return [step, rewound_to, read, len(now), equal, changed]
+
+
+def _replay_to(system: LiveSystem, offset: int, *, rebuild: bool) -> int:
+    """Rewind the consumer, wait until it is back at the head; return what it read."""
+    from django.db.models import Max
+
+    from course.labs import live as harness
+    from messaging.models import OutboxMessage, StreamConsumer
+    from messaging.streams import stream_rewind
+
+    def applied() -> int:
+        row = StreamConsumer.objects.values_list("applied_total", flat=True)
+        return int(row.get(name=STREAM))
+
+    head = int(OutboxMessage.objects.aggregate(n=Max("id"))["n"] or 0)
+    start = applied()
+    stream_rewind(STREAM, offset=offset, rebuild=rebuild)
+    harness.wait_until(
+        lambda: _stream_offset() >= head,
+        what=f"the replay of {STREAM} from offset {offset}",
+        timeout=30 + (head - offset) / 100,
+        system=system,
+    )
+    return applied() - start
+
+
+def _live_replay(system: LiveSystem, ids: list[int]) -> list[list[Cell]]:
+    from messaging.streams import earliest_offset
+
+    before = _projection()
+    rows = [_projection_row("live consumer, caught up", None, None, before)]
+    third = ids[REWIND_TO - 1]
+    read = _replay_to(system, third, rebuild=False)
+    rows.append(
+        _projection_row(f"rewound to {third} (before the 4th)", third, read, before)
+    )
+    start = earliest_offset() - 1
+    if start > 0:
+        rows.append(
+            [
+                f"rebuild not run: the log starts at {start + 1}",
+                None,
+                None,
+                None,
+                None,
+                None,
+            ]
+        )
+        return rows
+    read = _replay_to(system, start, rebuild=True)
+    rows.append(_projection_row("rewound to 0 with rebuild", start, read, before))
+    return rows
+
+
+def _live_retention(keep: int) -> tuple[list[Cell], list[list[Cell]]]:
+    from course.labs.live_streams import retention_in_throwaway
+
+    found = retention_in_throwaway(
+        keep=keep, events=RETENTION_EVENTS, lagging_at=RETENTION_OFFSETS[REPORT]
+    )
+    before, after = found["before"], found["after"]
+    lost = after["starts_at"] - 1 - after["offset"]
+    row: list[Cell] = [
+        found["trimmed"],
+        after["starts_at"],
+        after["offset"],
+        lost,
+        after["state"],
+    ]
+    reads: list[list[Cell]] = []
+    stages = (
+        ("before trim", before),
+        ("after trim", after),
+        ("consumer moves on", found["advanced"]),
+    )
+    for stage, state in stages:
+        trimmed = state["offset"] + 1 < state["starts_at"]
+        reads.append(
+            [
+                stage,
+                state["log"],
+                state["starts_at"],
+                state["offset"],
+                None if trimmed else state["readable"],
+                state["state"],
+            ]
+        )
+    return row, reads
