@@ -28,8 +28,8 @@ from course.labs import (
     rationale,
     scheduled_tasks,
     server_sent_events,
-    streams_vs_queues,
     streaming_responses,
+    streams_vs_queues,
     websocket_server,
     worker_processes,
 )

@@ -55,7 +55,8 @@ def test_frames_round_trip_in_every_length_form(size, header):
     )
     assert frame.consumed == len(masked)
     unmasked = encode_frame(TEXT, payload)
-    assert len(unmasked) == header + size and not unmasked[1] & 0x80
+    assert len(unmasked) == header + size
+    assert not unmasked[1] & 0x80
 
 
 def test_an_incomplete_frame_waits_for_the_rest():
@@ -117,7 +118,8 @@ def test_handshake_frames_ping_and_close_with_a_real_server(server):
     assert ws.handshake.status_line == "HTTP/1.1 101 Switching Protocols"
     assert ws.handshake.accept_correct
     snapshot = ws.receive()
-    assert snapshot.opcode == TEXT and not snapshot.masked
+    assert snapshot.opcode == TEXT
+    assert not snapshot.masked
     assert b'"type":"snapshot"' in snapshot.payload
 
     ws.send(TEXT, b'{"action":"snapshot"}')
