@@ -3,7 +3,7 @@
 ``etag_for`` and ``is_not_modified`` follow RFC 9110: ``If-None-Match`` takes a list
 or ``*`` and compares weakly, and ``If-Modified-Since`` is only looked at when
 ``If-None-Match`` is absent. ``conditional`` applies them to a rendered Django
-response. The course's lab (``course/labs/http_caching.py``) imports the same code.
+response. The course's lab (``course/labs/http_caching/``) imports the same code.
 
 The directives per resource kind are the HTTP Caching lesson's:
 

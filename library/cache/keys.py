@@ -22,7 +22,7 @@ and the first 16 hex digits of its SHA-256, which keeps keys short while the rea
 part (namespace, tenant, operation) still tells an operator whose entry it is.
 
 Pure functions, no I/O and no settings: the real views and the course's labs call the
-same code (``course/labs/cache_key_design.py``).
+same code (``course/labs/cache_key_design/``).
 """
 
 from __future__ import annotations
