@@ -276,12 +276,12 @@ def test_registry_refuses_an_unhandled_type(monkeypatch):
 )
 def test_claim_that_loses_a_race_falls_back_to_row_by_row(library_rows, monkeypatch):
     """A batch whose UPDATE moves fewer rows than it read is claimed row by row."""
-    from messaging import services
+    from messaging.services import claim
 
     loan_issue(book_id=1, member_id=1)
     relay_pending()
     taken = Delivery.objects.earliest("id")
-    real_candidates = services._claim_candidates
+    real_candidates = claim._claim_candidates
     calls = []
 
     def candidates_then_race(due, limit):
@@ -294,7 +294,7 @@ def test_claim_that_loses_a_race_falls_back_to_row_by_row(library_rows, monkeypa
         calls.append(len(rows))
         return rows
 
-    monkeypatch.setattr(services, "_claim_candidates", candidates_then_race)
+    monkeypatch.setattr(claim, "_claim_candidates", candidates_then_race)
     claimed = deliveries_claim(owner="w1", limit=10)
     assert calls == [4, 4]  # the batch, rolled back, then the row-by-row pass
     assert sorted(d.pk for d in claimed) == sorted(

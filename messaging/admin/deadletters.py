@@ -1,238 +1,25 @@
-"""The operator's admin for the messaging spine.
-
-Everything here is a view on rows that only the spine's services write:
-
-- The outbox is an append-only log (its id is the offset): no add, change or delete.
-- Deliveries carry retry state a worker may be changing right now; editing them here
-  would race with a claim, so they are read-only.
-- Dead letters are read-only too; the one write is the "Redrive selected" action,
-  which goes through ``deadletter_redrive`` (attempts reset, due now, who and when
-  recorded). The clusters view groups open letters by error: letters that failed the
-  same way usually share one cause, so the records themselves give the diagnosis.
-"""
+"""Dead letters: read-only, redriven by action; the clusters view groups by error."""
 
 from __future__ import annotations
 
-import datetime
-import json
-from collections.abc import Callable
 from typing import Any
 
-import django_stubs_ext
 from django.contrib import admin, messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.http import urlencode
-from django.utils.text import Truncator
 
-from messaging.models import DeadLetter, Delivery, OutboxMessage
-from messaging.registry import SUBSCRIPTIONS
+from messaging.admin.common import _message_link, _pretty_json, _timestamp, _truncated
+from messaging.models import DeadLetter
 from messaging.selectors import deadletter_clusters
 from messaging.services import deadletter_redrive
 from messaging.templatetags.messaging_admin import short_duration
-
-# Makes ``ModelAdmin[OutboxMessage]`` subscriptable at run time; idempotent.
-django_stubs_ext.monkeypatch()
-
-# Keyed by the plain values: the rows hold strings, not Status members.
-STATUS_MARK: dict[str, str] = {
-    Delivery.Status.PENDING.value: "⟳",
-    Delivery.Status.DONE.value: "✓",
-    Delivery.Status.DEAD.value: "✗",
-}
-ERROR_PREVIEW = 80
-
-
-def _truncated(text: str) -> str:
-    return Truncator(text).chars(ERROR_PREVIEW)
-
-
-def _message_link(message_id: int) -> str:
-    url = reverse("admin:messaging_outboxmessage_change", args=[message_id])
-    return format_html('<a href="{}">#{}</a>', url, message_id)
-
-
-def _timestamp(
-    field: str, description: str, *, seconds: bool = True
-) -> Callable[[Any, Any], str]:
-    """Return a list column showing ``field`` as local ``Nov 29 14:38:05``.
-
-    The stock format drops seconds and takes three times the width; seconds matter
-    for leases and backoffs. The full timestamp is in the tooltip.
-    """
-    shape = "%b %d %H:%M:%S" if seconds else "%b %d %H:%M"
-
-    @admin.display(description=description, ordering=field)
-    def column(model_admin: Any, obj: Any) -> str:
-        value: datetime.datetime | None = getattr(obj, field)
-        if value is None:
-            return "—"
-        local = timezone.localtime(value)
-        return format_html(
-            '<span title="{}">{}</span>',
-            local.isoformat(timespec="seconds"),
-            local.strftime(shape),
-        )
-
-    return column
-
-
-def _pretty_json(value: Any) -> str:
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-    return format_html('<pre style="margin: 0">{}</pre>', text)
-
-
-class ReadOnlyAdminMixin:
-    """Refuse add, change and delete; view permission is enough to read."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any | None = None) -> bool:
-        return False
-
-    def has_change_permission(
-        self, request: HttpRequest, obj: Any | None = None
-    ) -> bool:
-        return False
-
-    def has_delete_permission(
-        self, request: HttpRequest, obj: Any | None = None
-    ) -> bool:
-        return False
-
-
-# --- Outbox ---------------------------------------------------------------------------
-
-
-class DeliveryInline(ReadOnlyAdminMixin, admin.TabularInline[Delivery, OutboxMessage]):
-    model = Delivery
-    fields = readonly_fields = (
-        "subscription",
-        "status",
-        "attempts",
-        "available_at",
-        "leased_until",
-        "lease_owner",
-        "last_error",
-    )
-    can_delete = False
-    extra = 0
-    show_change_link = True
-
-
-@admin.register(OutboxMessage)
-class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[OutboxMessage]):
-    list_display = [
-        "id",
-        "type",
-        "key",
-        "created",
-        "relayed",
-        "lag",
-        "delivery_summary",
-    ]
-    list_display_links = ["id"]
-    list_filter = ["type", ("relayed_at", admin.EmptyFieldListFilter)]
-    search_fields = ["=key", "=id"]
-    date_hierarchy = "created_at"
-    ordering = ["-id"]
-    list_per_page = 50
-    fields = readonly_fields = (
-        "id",
-        "type",
-        "key",
-        "created_at",
-        "relayed_at",
-        "lag",
-        "pretty_body",
-    )
-    inlines = [DeliveryInline]
-
-    created = _timestamp("created_at", "created at")
-    relayed = _timestamp("relayed_at", "relayed at")
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[OutboxMessage]:
-        # The summary column reads every row's deliveries: one query for the page.
-        deliveries = Delivery.objects.only("id", "message_id", "subscription", "status")
-        return (
-            super()
-            .get_queryset(request)
-            .prefetch_related(Prefetch("deliveries", queryset=deliveries))
-        )
-
-    @admin.display(description="lag")
-    def lag(self, message: OutboxMessage) -> str:
-        """Return created → relayed, or created → now while not relayed yet."""
-        end = message.relayed_at or timezone.now()
-        return short_duration(end - message.created_at)
-
-    @admin.display(description="deliveries")
-    def delivery_summary(self, message: OutboxMessage) -> str:
-        if message.relayed_at is None:
-            return "not relayed yet"
-        order = {name: n for n, name in enumerate(SUBSCRIPTIONS)}
-        rows = sorted(
-            message.deliveries.all(),
-            key=lambda d: (order.get(d.subscription, len(order)), d.subscription),
-        )
-        # One unbreakable item per subscription: a line break never splits a name
-        # from its mark.
-        return format_html_join(
-            " · ",
-            '<span class="delivery-{}" title="{}">{} {}</span>',
-            (
-                (d.status, d.status, d.subscription, STATUS_MARK.get(d.status, "?"))
-                for d in rows
-            ),
-        )
-
-    @admin.display(description="body")
-    def pretty_body(self, message: OutboxMessage) -> str:
-        return _pretty_json(message.body)
-
-
-# --- Deliveries -----------------------------------------------------------------------
-
-
-@admin.register(Delivery)
-class DeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Delivery]):
-    list_display = [
-        "id",
-        "message_link",
-        "subscription",
-        "status",
-        "attempts",
-        "available",
-        "leased",
-        "lease_owner",
-        "error_preview",
-    ]
-    list_display_links = ["id"]
-    list_filter = ["status", "subscription", "message__type"]
-    search_fields = ["=message__id", "=message__key", "lease_owner"]
-    list_select_related = ["message"]
-    ordering = ["-id"]
-    list_per_page = 50
-
-    available = _timestamp("available_at", "available at")
-    leased = _timestamp("leased_until", "leased until")
-
-    @admin.display(description="message", ordering="message_id")
-    def message_link(self, delivery: Delivery) -> str:
-        return format_html(
-            "{} {}", _message_link(delivery.message_id), delivery.message.type
-        )
-
-    @admin.display(description="last error")
-    def error_preview(self, delivery: Delivery) -> str:
-        return _truncated(delivery.last_error)
-
-
-# --- Dead letters ---------------------------------------------------------------------
 
 
 class OpenFilter(admin.SimpleListFilter):
@@ -423,7 +210,3 @@ def cluster_query(subscription: str, last_error: str) -> str:
     return urlencode(
         {"state": "open", "subscription": subscription, "last_error": last_error}
     )
-
-
-# Last: the depth admins reuse the helpers above (subscriptions, partitions, streams).
-from messaging import admin_depth  # noqa: E402, F401

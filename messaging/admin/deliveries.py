@@ -1,0 +1,48 @@
+"""Deliveries: read-only, since a worker may be changing their retry state."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.utils.html import format_html
+
+from messaging.admin.common import (
+    ReadOnlyAdminMixin,
+    _message_link,
+    _timestamp,
+    _truncated,
+)
+from messaging.models import Delivery
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Delivery]):
+    list_display = [
+        "id",
+        "message_link",
+        "subscription",
+        "status",
+        "attempts",
+        "available",
+        "leased",
+        "lease_owner",
+        "error_preview",
+    ]
+    list_display_links = ["id"]
+    list_filter = ["status", "subscription", "message__type"]
+    search_fields = ["=message__id", "=message__key", "lease_owner"]
+    list_select_related = ["message"]
+    ordering = ["-id"]
+    list_per_page = 50
+
+    available = _timestamp("available_at", "available at")
+    leased = _timestamp("leased_until", "leased until")
+
+    @admin.display(description="message", ordering="message_id")
+    def message_link(self, delivery: Delivery) -> str:
+        return format_html(
+            "{} {}", _message_link(delivery.message_id), delivery.message.type
+        )
+
+    @admin.display(description="last error")
+    def error_preview(self, delivery: Delivery) -> str:
+        return _truncated(delivery.last_error)

@@ -1,0 +1,148 @@
+"""Claim due deliveries: lease them to one worker and count the attempt."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from messaging.models import Delivery
+from messaging.registry import SUBSCRIPTIONS
+
+
+def _due(now: datetime.datetime) -> Q:
+    return Q(status=Delivery.Status.PENDING, available_at__lte=now) & (
+        Q(leased_until__isnull=True) | Q(leased_until__lt=now)
+    )
+
+
+def lane_subscriptions(lane: str) -> list[str]:
+    """Return the names of the subscriptions drained in ``lane``."""
+    return [s.name for s in SUBSCRIPTIONS.values() if s.lane == lane]
+
+
+def deliveries_claim(
+    *,
+    owner: str,
+    limit: int,
+    now: datetime.datetime | None = None,
+    lane: str = "main",
+) -> list[Delivery]:
+    """Lease up to ``limit`` due deliveries to ``owner``; count the attempt now.
+
+    Counting at claim time is what isolates a message that kills its worker: the
+    count grows even though the worker never gets to record a failure.
+
+    A batch is up to ``limit`` fresh deliveries plus at most one that was tried
+    before, placed last: a retried delivery may be the one that killed a worker, so
+    it is processed after its batch-mates, which then lose nothing if it kills this
+    worker too. Taking one in every batch keeps retries from starving behind a
+    steady stream of fresh work.
+    """
+    now = now or timezone.now()
+    # Partitioned deliveries are taken a partition at a time (messaging.partitions).
+    due = Delivery.objects.filter(
+        _due(now), partition__isnull=True, subscription__in=lane_subscriptions(lane)
+    )
+    if connection.vendor == "postgresql":
+        return _claim_skip_locked(due, owner=owner, now=now, limit=limit)
+    return _claim_compare_and_set(due, owner=owner, now=now, limit=limit)
+
+
+def _lease(subscription_name: str) -> datetime.timedelta:
+    own = SUBSCRIPTIONS[subscription_name].visibility
+    return (
+        own
+        if own is not None
+        else datetime.timedelta(seconds=settings.MESSAGING_LEASE_SECONDS)
+    )
+
+
+def _batch_order(due: Any) -> Any:
+    return due.order_by("available_at", "id")
+
+
+def _claim_skip_locked(
+    due: Any, *, owner: str, now: datetime.datetime, limit: int
+) -> list[Delivery]:
+    with transaction.atomic():
+        locked = due.select_related("message").select_for_update(
+            skip_locked=True, of=("self",)
+        )
+        rows = list(_batch_order(locked.filter(attempts=0))[:limit])
+        rows += list(_batch_order(locked.filter(attempts__gt=0))[:1])
+        for row in rows:
+            row.leased_until = now + _lease(row.subscription)
+            row.attempts += 1
+            row.lease_owner = owner
+        Delivery.objects.bulk_update(rows, ["leased_until", "attempts", "lease_owner"])
+    return rows
+
+
+def _claim_compare_and_set(
+    due: Any, *, owner: str, now: datetime.datetime, limit: int
+) -> list[Delivery]:
+    """Claim with one conditional UPDATE per lease length, checked by its row count.
+
+    SQLite has no row locks. The candidates are read and claimed inside one write
+    transaction (IMMEDIATE, see settings), and the UPDATE repeats the due condition
+    and each row's attempt count: it only moves rows nobody claimed since they were
+    read, and its row count says whether all of them moved. If one did not (a claim
+    raced in, say under a deferred transaction mode), the batch is rolled back and
+    claimed row by row, each row's count deciding who won it.
+    """
+    try:
+        with transaction.atomic():
+            candidates = _claim_candidates(due, limit)
+            if not _claim_all(due, candidates, owner=owner, now=now):
+                raise _ClaimRaced
+    except _ClaimRaced:
+        with transaction.atomic():
+            candidates = [
+                c
+                for c in _claim_candidates(due, limit)
+                if _claim_all(due, [c], owner=owner, now=now)
+            ]
+    return list(
+        Delivery.objects.filter(pk__in=[pk for pk, *_ in candidates])
+        .select_related("message")
+        .order_by("id")
+    )
+
+
+class _ClaimRaced(Exception):
+    pass
+
+
+def _claim_candidates(due: Any, limit: int) -> list[tuple[int, int, str]]:
+    columns = ("id", "attempts", "subscription")
+    fresh = list(_batch_order(due.filter(attempts=0)).values_list(*columns)[:limit])
+    retried = list(_batch_order(due.filter(attempts__gt=0)).values_list(*columns)[:1])
+    return fresh + retried
+
+
+def _claim_all(
+    due: Any,
+    candidates: list[tuple[int, int, str]],
+    *,
+    owner: str,
+    now: datetime.datetime,
+) -> bool:
+    """Claim every candidate or report that some moved.
+
+    One UPDATE per (lease, attempt count) group: a fresh batch is a single statement.
+    """
+    groups: dict[tuple[datetime.timedelta, int], list[int]] = {}
+    for pk, attempts, subscription in candidates:
+        groups.setdefault((_lease(subscription), attempts), []).append(pk)
+    for (lease, attempts), pks in groups.items():
+        moved = due.filter(pk__in=pks, attempts=attempts).update(
+            attempts=attempts + 1, lease_owner=owner, leased_until=now + lease
+        )
+        if moved != len(pks):
+            return False
+    return True

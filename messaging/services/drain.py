@@ -1,0 +1,81 @@
+"""The drain: relay, claim and process a lane until nothing is due."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from messaging.models import Delivery, OutboxMessage
+from messaging.services.claim import _due, deliveries_claim, lane_subscriptions
+from messaging.services.process import Outcome, deliveries_process
+from messaging.services.publish import relay_pending
+
+
+@dataclass
+class DrainReport:
+    relayed: int = 0
+    done: int = 0
+    duplicates: int = 0
+    retried: int = 0
+    dead: int = 0
+    lost_leases: int = 0
+    streamed: int = 0
+
+    def add(self, outcome: Outcome) -> None:
+        field = {
+            "done": "done",
+            "duplicate": "duplicates",
+            "retry": "retried",
+            "dead": "dead",
+            "lost_lease": "lost_leases",
+        }[outcome.result]
+        setattr(self, field, getattr(self, field) + 1)
+
+
+def messaging_drain(
+    *, owner: str, batch: int = 20, budget_seconds: float = 10.0, lane: str = "main"
+) -> DrainReport:
+    """Relay and process ``lane`` until nothing is due or the time budget is spent.
+
+    One step: relay new messages, claim a batch, process it, give each partition
+    with work a turn, and (main lane) move the stream consumers on. The budget keeps
+    one rq job from holding a worker forever; the caller re-nudges when work remains.
+    """
+    from messaging.partitions import partitions_drain
+    from messaging.streams import streams_advance
+
+    report = DrainReport()
+    started = timezone.now()
+    deadline = started + datetime.timedelta(seconds=budget_seconds)
+    while timezone.now() < deadline:
+        report.relayed += relay_pending()
+        claimed = deliveries_claim(owner=owner, limit=batch, lane=lane)
+        for outcome in deliveries_process(claimed, owner=owner):
+            report.add(outcome)
+        ordered = partitions_drain(owner=owner, lane=lane, deadline=deadline)
+        for outcome in ordered:
+            report.add(outcome)
+        moved = streams_advance() if lane == "main" else 0
+        report.streamed += moved
+        if not claimed and not ordered and not moved:
+            break
+    return report
+
+
+def work_remaining(now: datetime.datetime | None = None, *, lane: str = "main") -> bool:
+    """Return whether anything is waiting for a drain of ``lane`` right now."""
+    from messaging.partitions import partition_work
+    from messaging.streams import streams_behind
+
+    now = now or timezone.now()
+    names = lane_subscriptions(lane)
+    return (
+        OutboxMessage.objects.filter(relayed_at__isnull=True).exists()
+        or Delivery.objects.filter(
+            _due(now), partition__isnull=True, subscription__in=names
+        ).exists()
+        or partition_work(now, lane=lane)
+        or (lane == "main" and streams_behind())
+    )
