@@ -459,9 +459,13 @@ def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
 def text_report(result: dict[str, Any]) -> str:
     t = result["throughput"]
     p = result["params"]
+    # From the recorded run, not the registry: a report regenerated later must not
+    # take the subscriptions of today's code for those that were measured.
+    first = t["ours"]["runs"][0]
+    per_message = first["effects"] // first["messages"]
     rows = [
         [
-            f"ours: outbox drain ({effects_per_loan()} effects/msg)",
+            f"ours: outbox drain ({per_message} effects/msg)",
             t["ours"]["median_wall_s"],
             t["ours"]["median_messages_per_s"],
             t["ours"]["median_effects_per_s"],
@@ -477,7 +481,7 @@ def text_report(result: dict[str, Any]) -> str:
     latency_rows = [
         ["commit -> notification", *lat["notification_ms"].values()],
         [
-            f"commit -> all {effects_per_loan()} effects",
+            f"commit -> all {per_message} effects",
             *lat["all_effects_ms"].values(),
         ],
     ]
