@@ -40,6 +40,7 @@ from bench.common import (
     BenchError,
     Children,
     format_table,
+    markdown_page,
     percentile,
     wait_until,
 )
@@ -375,32 +376,12 @@ def text_report(result: dict[str, Any]) -> str:
 
 
 def markdown_report(document: dict[str, Any]) -> str:
-    result = document["results"][NAME]
-    machine = document["machine"]
-    return "\n".join(
-        [
-            "# Broadcast benchmark (broadcast)",
-            "",
-            f"- date: {document['date']}",
-            f"- database: {document['database']}, Redis db {document['redis_db']}",
-            f"- machine: {machine['cpus']} CPUs, {machine['platform']}, Python"
-            f" {machine['python']}, load at start {machine['load_average_at_start']}",
-            f"- code: {machine['git_commit'][:12]}"
-            + (
-                " (working tree had uncommitted changes)"
-                if machine["git_dirty"]
-                else ""
-            ),
-            f"- command: `{document['command']}`",
-            "",
-            "```",
-            text_report(result),
-            "```",
-            "",
-            "Delivery time: from the moment `broadcast_flush` starts the group send"
-            " (or the baseline's PUBLISH) to a client's receive, wall clock, one"
-            " machine. Both sides alternate round by round in one event loop. See"
-            " bench/README.md.",
-            "",
-        ]
+    return markdown_page(
+        document,
+        title="Broadcast benchmark (broadcast)",
+        report=text_report(document["results"][NAME]),
+        note="Delivery time: from the moment `broadcast_flush` starts the group send"
+        " (or the baseline's PUBLISH) to a client's receive, wall clock, one"
+        " machine. Both sides alternate round by round in one event loop. See"
+        " bench/README.md.",
     )

@@ -45,6 +45,7 @@ from bench.common import (
     flush_bench_redis,
     format_table,
     manage,
+    markdown_page,
     median,
     migrate,
     percentile,
@@ -656,33 +657,13 @@ def text_report(result: dict[str, Any]) -> str:
 
 
 def markdown_report(document: dict[str, Any]) -> str:
-    result = document["results"][NAME]
-    machine = document["machine"]
-    return "\n".join(
-        [
-            "# Read-cache benchmark (caching)",
-            "",
-            f"- date: {document['date']}",
-            f"- database: {document['database']} (seeded demo library),"
-            f" Redis db {document['redis_db']}",
-            f"- machine: {machine['cpus']} CPUs, {machine['platform']}, Python"
-            f" {machine['python']}, load at start {machine['load_average_at_start']}",
-            f"- code: {machine['git_commit'][:12]}"
-            + (
-                " (working tree had uncommitted changes)"
-                if machine["git_dirty"]
-                else ""
-            ),
-            f"- command: `{document['command']}`",
-            "",
-            "```",
-            text_report(result),
-            "```",
-            "",
-            "Both sides ran at the same time on the same machine: two daphne with"
-            " `LIBRARY_CACHE=on`, two with `LIBRARY_CACHE=off`. Origin calls are the"
-            " servers' own cache metrics (`origin_calls`, `metrics_read` deltas);"
-            " see bench/README.md.",
-            "",
-        ]
+    return markdown_page(
+        document,
+        title="Read-cache benchmark (caching)",
+        report=text_report(document["results"][NAME]),
+        database_note=" (seeded demo library)",
+        note="Both sides ran at the same time on the same machine: two daphne with"
+        " `LIBRARY_CACHE=on`, two with `LIBRARY_CACHE=off`. Origin calls are the"
+        " servers' own cache metrics (`origin_calls`, `metrics_read` deltas);"
+        " see bench/README.md.",
     )

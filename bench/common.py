@@ -424,6 +424,49 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def markdown_page(
+    document: dict[str, Any],
+    *,
+    title: str,
+    report: str,
+    note: str,
+    database_note: str = "",
+    show_database: bool = True,
+    details: Sequence[str] = (),
+) -> str:
+    """Return a run's Markdown page: where and how it ran, ``report``, then ``note``.
+
+    ``document`` is what ``python -m bench`` writes to the .json; ``database_note``
+    follows the database's name, ``details`` are list items added after the command.
+    """
+    machine = document["machine"]
+    database = [
+        f"- database: {document['database']}{database_note},"
+        f" Redis db {document['redis_db']}"
+    ]
+    dirty = " (working tree had uncommitted changes)" if machine["git_dirty"] else ""
+    return "\n".join(
+        [
+            f"# {title}",
+            "",
+            f"- date: {document['date']}",
+            *(database if show_database else []),
+            f"- machine: {machine['cpus']} CPUs, {machine['platform']}, Python"
+            f" {machine['python']}, load at start {machine['load_average_at_start']}",
+            f"- code: {machine['git_commit'][:12]}{dirty}",
+            f"- command: `{document['command']}`",
+            *details,
+            "",
+            "```",
+            report,
+            "```",
+            "",
+            note,
+            "",
+        ]
+    )
+
+
 def write_results(stem: str, data: dict[str, Any], markdown: str) -> list[Path]:
     """Write ``results/<stem>.json`` and ``.md`` atomically; return their paths."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ from bench.common import (
     flush_bench_redis,
     format_table,
     manage,
+    markdown_page,
     median,
     percentile,
     redis_connection,
@@ -507,30 +508,10 @@ def text_report(result: dict[str, Any]) -> str:
 
 
 def markdown_report(document: dict[str, Any]) -> str:
-    result = document["results"][NAME]
-    machine = document["machine"]
-    return "\n".join(
-        [
-            "# Messaging benchmark (outbox)",
-            "",
-            f"- date: {document['date']}",
-            f"- database: {document['database']}, Redis db {document['redis_db']}",
-            f"- machine: {machine['cpus']} CPUs, {machine['platform']}, Python"
-            f" {machine['python']}, load at start {machine['load_average_at_start']}",
-            f"- code: {machine['git_commit'][:12]}"
-            + (
-                " (working tree had uncommitted changes)"
-                if machine["git_dirty"]
-                else ""
-            ),
-            f"- command: `{document['command']}`",
-            "",
-            "```",
-            text_report(result),
-            "```",
-            "",
-            "Ratios are medians of runs interleaved with the baseline on the same"
-            " machine; compare ratios, not absolute times (see bench/README.md).",
-            "",
-        ]
+    return markdown_page(
+        document,
+        title="Messaging benchmark (outbox)",
+        report=text_report(document["results"][NAME]),
+        note="Ratios are medians of runs interleaved with the baseline on the same"
+        " machine; compare ratios, not absolute times (see bench/README.md).",
     )

@@ -29,6 +29,7 @@ from bench.common import (
     flush_bench_redis,
     format_table,
     manage,
+    markdown_page,
     median,
     utcnow,
     wait_for_workers,
@@ -354,31 +355,11 @@ def text_report(result: dict[str, Any]) -> str:
 
 
 def markdown_report(document: dict[str, Any]) -> str:
-    result = document["results"][NAME]
-    machine = document["machine"]
-    return "\n".join(
-        [
-            "# Partitions benchmark (ordered subscription, stream replay)",
-            "",
-            f"- date: {document['date']}",
-            f"- database: {document['database']}, Redis db {document['redis_db']}",
-            f"- machine: {machine['cpus']} CPUs, {machine['platform']}, Python"
-            f" {machine['python']}, load at start {machine['load_average_at_start']}",
-            f"- code: {machine['git_commit'][:12]}"
-            + (
-                " (working tree had uncommitted changes)"
-                if machine["git_dirty"]
-                else ""
-            ),
-            f"- command: `{document['command']}`",
-            "",
-            "```",
-            text_report(result),
-            "```",
-            "",
-            "All subscriptions drain the same messages in the same drain jobs, so a"
-            " completion time includes the others' work; compare them within a row"
-            " and across worker counts (see bench/README.md).",
-            "",
-        ]
+    return markdown_page(
+        document,
+        title="Partitions benchmark (ordered subscription, stream replay)",
+        report=text_report(document["results"][NAME]),
+        note="All subscriptions drain the same messages in the same drain jobs, so a"
+        " completion time includes the others' work; compare them within a row"
+        " and across worker counts (see bench/README.md).",
     )

@@ -29,7 +29,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.common import Children, format_table, percentile, wait_until
+from bench.common import (
+    Children,
+    format_table,
+    markdown_page,
+    percentile,
+    wait_until,
+)
 
 NAME = "shedding"
 
@@ -258,34 +264,19 @@ def text_report(result: dict[str, Any]) -> str:
 
 def markdown_report(document: dict[str, Any]) -> str:
     result = document["results"][NAME]
-    machine = document["machine"]
     p = result["params"]
-    return "\n".join(
-        [
-            "# Load-shedding benchmark (shedding)",
-            "",
-            f"- date: {document['date']}",
-            f"- machine: {machine['cpus']} CPUs, {machine['platform']}, Python"
-            f" {machine['python']}, load at start {machine['load_average_at_start']}",
-            f"- code: {machine['git_commit'][:12]}"
-            + (
-                " (working tree had uncommitted changes)"
-                if machine["git_dirty"]
-                else ""
-            ),
-            f"- command: `{document['command']}`",
+    return markdown_page(
+        document,
+        title="Load-shedding benchmark (shedding)",
+        report=text_report(result),
+        show_database=False,
+        details=[
             f"- endpoint: `/_lab/work`, {p['capacity']} places x {p['job_ms']} ms;"
             f" admission: {p['capacity']} running, {p['queued']} queued, budget"
             f" {p['budget_ms']} ms; phases of {p['seconds']:g} s at 0.5x and"
-            f" {p['overload']}x capacity",
-            "",
-            "```",
-            text_report(result),
-            "```",
-            "",
-            "Two daphne of the project, the same endpoint and capacity, one with"
-            " `LIBRARY_ADMISSION=off`; open-loop arrivals from one httpx client; see"
-            " bench/README.md.",
-            "",
-        ]
+            f" {p['overload']}x capacity"
+        ],
+        note="Two daphne of the project, the same endpoint and capacity, one with"
+        " `LIBRARY_ADMISSION=off`; open-loop arrivals from one httpx client; see"
+        " bench/README.md.",
     )
