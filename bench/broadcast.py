@@ -40,6 +40,7 @@ from bench.common import (
     BenchError,
     Children,
     format_table,
+    free_port,
     markdown_page,
     percentile,
     wait_until,
@@ -99,14 +100,6 @@ class Side:
             "p99_ms": round(percentile(self.delays_ms, 99), 2),
             "max_ms": round(max(self.delays_ms, default=float("nan")), 2),
         }
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_daphne(children: Children, name: str) -> int:

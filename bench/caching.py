@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +43,7 @@ from bench.common import (
     choose_database,
     flush_bench_redis,
     format_table,
+    free_port,
     manage,
     markdown_page,
     median,
@@ -159,12 +159,6 @@ def check_cache_redis() -> None:
     db = cache_redis().connection_pool.connection_kwargs.get("db")
     if int(db or 0) != BENCH_REDIS_DB:
         raise BenchError(f"the cache uses Redis database {db}, not {BENCH_REDIS_DB}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_server(children: Children, name: str, cache: str) -> Server:

@@ -20,6 +20,7 @@ import os
 import platform
 import secrets
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -302,6 +303,13 @@ def exit_on_sigterm() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago, for a child server."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def wait_for_workers(

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -32,6 +31,7 @@ from typing import Any
 from bench.common import (
     Children,
     format_table,
+    free_port,
     markdown_page,
     percentile,
     wait_until,
@@ -68,19 +68,13 @@ class Params:
         return cls(seconds=seconds or (3.0 if options.quick else 10.0))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_server(
     children: Children, name: str, params: Params, *, admission: bool
 ) -> str:
     """Start one daphne with the lab route; return its base URL once it answers."""
     import httpx
 
-    port = _free_port()
+    port = free_port()
     env = [
         "LIBRARY_LAB_ROUTES=on",
         f"LIBRARY_LAB_WORK_CAPACITY={params.capacity}",

@@ -33,7 +33,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from bench.common import (
     BenchError,
     Children,
     format_table,
+    free_port,
     percentile,
     wait_until,
 )
@@ -80,16 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # --- the server and what it holds ---------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_daphne(children: Children) -> tuple[int, int]:
     import httpx
 
-    port = _free_port()
+    port = free_port()
     process = children.start(
         "sse-daphne",
         [
