@@ -24,10 +24,6 @@ desk) would be counted too.
 from __future__ import annotations
 
 import json
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,7 +44,6 @@ from course.labs.base import (
 
 COLUMNS: Final = ["mode", "subscriber_saw", "broadcasts", "copies"]
 MODES: Final = ("memory", "redis")
-START_TIMEOUT_S: Final = 60.0
 WAIT_S: Final = 1.5
 
 
@@ -70,56 +65,18 @@ def model(params: Params, progress: Progress) -> Tables:
 # --- live ----------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 @contextmanager
 def layer_daphnes(count: int, layer: str) -> Iterator[list[int]]:
     """Start ``count`` daphnes with channel layer ``layer``; yield their ports."""
-    from jobs.processes import ROOT, child_environment, kill_group
+    from course.labs.live_http import daphne_processes
 
-    env = child_environment(
-        LOG_LEVEL="WARNING", LIBRARY_CHANNEL_LAYER=layer, LIBRARY_LAB_ROUTES="on"
-    )
-    started: list[tuple[int, subprocess.Popen[bytes]]] = []
-    try:
-        for _ in range(count):
-            port = _free_port()
-            process = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "daphne", "-b", "127.0.0.1"),
-                    *("-p", str(port), "config.asgi:application"),
-                ],
-                cwd=ROOT,
-                env=env,
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            started.append((port, process))
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for port, process in started:
-            while not _listening(port):
-                if process.poll() is not None:
-                    raise LabError(f"live: daphne on {port} exited ({layer} layer)")
-                if time.monotonic() > deadline:
-                    raise LabError("live: daphne did not start within 60 s")
-                time.sleep(0.1)
+    env = {
+        "LOG_LEVEL": "WARNING",
+        "LIBRARY_CHANNEL_LAYER": layer,
+        "LIBRARY_LAB_ROUTES": "on",
+    }
+    with daphne_processes([env] * count, what=f"daphne ({layer} layer)") as started:
         yield [port for port, _ in started]
-    finally:
-        for _, process in started:
-            kill_group(process, signal.SIGTERM)
 
 
 def _run_mode(layer: str, instances: int, branch: int) -> list[Cell]:

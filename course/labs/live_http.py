@@ -1,8 +1,10 @@
-"""Real daphne processes and the servers' own cache counters, for the caching labs.
+"""Real daphne processes for the labs, and the servers' own cache counters.
 
-``http_caching.live_server`` starts one daphne with the lab's environment. The
-cache-layers and hot-key labs need more: several instances at once, some with the
-cache switched off (``LIBRARY_CACHE=off``), and the origin calls each instance made.
+``daphne_processes`` starts the daphne processes of every lab that runs its own
+servers; ``daphnes`` adds what the HTTP labs share (a LIBRARY_CACHE per instance, a
+progress step, quiet httpx). The cache-layers and hot-key labs start several
+instances at once, some with the cache switched off (``LIBRARY_CACHE=off``), and
+read the origin calls each instance made.
 
 Origin calls are counted by the servers themselves (``library.cache.metrics``): each
 daphne buffers its counters and sends them to Redis at most ``FLUSH_INTERVAL_S``
@@ -23,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
@@ -115,22 +117,23 @@ def _listening(port: int) -> bool:
 
 
 @contextmanager
-def daphnes(progress: Progress, caches: Sequence[str]) -> Iterator[list[Daphne]]:
-    """Start one daphne per entry of ``caches`` (its LIBRARY_CACHE); stop them all.
+def daphne_processes(
+    envs: Sequence[Mapping[str, str]],
+    *,
+    what: str = "daphne",
+    started: Callable[[list[int]], None] | None = None,
+) -> Iterator[list[tuple[int, subprocess.Popen[bytes]]]]:
+    """Start one daphne of the project per environment; yield (port, process) pairs.
 
-    They start together (start-up is most of their cost) against this process's
-    database and Redis, each in a session of its own, and are stopped with their
-    process groups however the block ends.
+    Each runs with ``child_environment(**env)`` (this process's database and Redis)
+    in a session of its own. They start together (start-up is most of their cost);
+    ``started`` gets their ports before the wait, the block is entered once all
+    listen, and they are stopped with their process groups however it ends.
+    ``what`` names them in errors.
     """
-    if connection.in_atomic_block:
-        raise LabError("live: run the live part outside a database transaction")
-    servers: list[Daphne] = []
-    # httpx logs every request at INFO; the lab's tables already say what happened.
-    quiet = logging.getLogger("httpx")
-    level = quiet.level
-    quiet.setLevel(logging.WARNING)
+    servers: list[tuple[int, subprocess.Popen[bytes]]] = []
     try:
-        for index, cache in enumerate(caches, start=1):
+        for env in envs:
             port = _free_port()
             process = subprocess.Popen(
                 [
@@ -139,28 +142,69 @@ def daphnes(progress: Progress, caches: Sequence[str]) -> Iterator[list[Daphne]]
                     "config.asgi:application",
                 ],
                 cwd=ROOT,
-                env=child_environment(LOG_LEVEL="WARNING", LIBRARY_CACHE=cache),
+                env=child_environment(**env),
                 start_new_session=True,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-            servers.append(Daphne(f"daphne-{index}", port, cache, process))
-        described = ", ".join(f"{s.port} (cache {s.cache})" for s in servers)
-        live_step(progress, 0.02, f"starting daphne on ports {described}")
+            servers.append((port, process))
+        if started is not None:
+            started([port for port, _ in servers])
         deadline = time.monotonic() + START_TIMEOUT_S
-        for server in servers:
-            while not _listening(server.port):
-                server.check()
+        for port, process in servers:
+            while not _listening(port):
+                code = process.poll()
+                if code is not None:
+                    raise LabError(
+                        f"live: {what} on port {port} exited with status {code}; run"
+                        " it by hand to see why: python -m daphne"
+                        " config.asgi:application"
+                    )
                 if time.monotonic() > deadline:
                     raise LabError(
-                        f"live: daphne did not listen within {START_TIMEOUT_S:g} s"
+                        f"live: {what} did not listen within {START_TIMEOUT_S:g} s"
                     )
                 time.sleep(0.1)
         yield servers
     finally:
+        for _, process in servers:
+            kill_group(process, signal.SIGTERM)
+
+
+@contextmanager
+def daphnes(
+    progress: Progress, caches: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> Iterator[list[Daphne]]:
+    """Start one daphne per entry of ``caches`` (its LIBRARY_CACHE); stop them all.
+
+    ``env`` adds variables to every server's environment. The servers share this
+    process's database, so the block must not run inside a transaction they could
+    not see.
+    """
+    if connection.in_atomic_block:
+        raise LabError("live: run the live part outside a database transaction")
+
+    def announce(ports: list[int]) -> None:
+        described = ", ".join(
+            f"{port} (cache {cache})" for port, cache in zip(ports, caches, strict=True)
+        )
+        live_step(progress, 0.02, f"starting daphne on ports {described}")
+
+    envs = [{"LOG_LEVEL": "WARNING", **(env or {}), "LIBRARY_CACHE": c} for c in caches]
+    # httpx logs every request at INFO; the lab's tables already say what happened.
+    quiet = logging.getLogger("httpx")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        with daphne_processes(envs, started=announce) as started:
+            yield [
+                Daphne(f"daphne-{index}", port, cache, process)
+                for index, ((port, process), cache) in enumerate(
+                    zip(started, caches, strict=True), start=1
+                )
+            ]
+    finally:
         quiet.setLevel(level)
-        for server in servers:
-            kill_group(server.process, signal.SIGTERM)
 
 
 def client_for(server: Daphne, **options: object) -> httpx.Client:

@@ -21,10 +21,7 @@ slice may shift up by one, as the course warns; the statuses and counts do not.
 from __future__ import annotations
 
 import asyncio
-import signal
-import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -36,7 +33,6 @@ from course.labs.base import (
     Cell,
     Chart,
     Lab,
-    LabError,
     Param,
     Params,
     Progress,
@@ -47,7 +43,6 @@ from course.labs.base import (
 
 MODES: Final = ("unbounded", "controlled")
 COLUMNS: Final = ["mode", "status", "latency_slices", "count"]
-START_TIMEOUT_S: Final = 60.0
 # The queue budget of the lab's servers: long enough that nothing expires.
 LAB_BUDGET_MS: Final = 600_000
 
@@ -118,20 +113,6 @@ class ShedServer:
         return f"http://127.0.0.1:{self.port}"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 def admission_env(
     *, max_running: int, max_queued: int, budget_ms: int = LAB_BUDGET_MS, **extra: str
 ) -> dict[str, str]:
@@ -154,43 +135,10 @@ def shed_servers(envs: Sequence[dict[str, str]]) -> Iterator[list[ShedServer]]:
     They start together and are stopped with their process groups however the
     block ends.
     """
-    from jobs.processes import ROOT, child_environment, kill_group
+    from course.labs.live_http import daphne_processes
 
-    servers: list[ShedServer] = []
-    try:
-        for env in envs:
-            port = _free_port()
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    *("-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
-                    "config.asgi:application",
-                ],
-                cwd=ROOT,
-                env=child_environment(**env),
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            servers.append(ShedServer(port, process))
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for server in servers:
-            while not _listening(server.port):
-                code = server.process.poll()
-                if code is not None:
-                    raise LabError(
-                        f"live: daphne exited with status {code}; run it by hand to"
-                        " see why: python -m daphne config.asgi:application"
-                    )
-                if time.monotonic() > deadline:
-                    raise LabError(
-                        f"live: daphne did not listen within {START_TIMEOUT_S:g} s"
-                    )
-                time.sleep(0.1)
-        yield servers
-    finally:
-        for server in servers:
-            kill_group(server.process, signal.SIGTERM)
+    with daphne_processes(envs) as started:
+        yield [ShedServer(port, process) for port, process in started]
 
 
 async def _simultaneous(url: str, count: int) -> list[tuple[int, float]]:

@@ -101,8 +101,6 @@ def _measure(client: object, query: dict[str, str | int]) -> tuple[float, float,
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    import os
-
     from course.labs.live_http import client_for, daphnes
 
     lines = int_param(params, "lines")
@@ -112,27 +110,23 @@ def live(params: Params, progress: Progress) -> Tables:
         "lab_lines": lines,
         "line_ms": line_ms,
     }
-    previous = os.environ.get("LIBRARY_LAB_ROUTES")
-    os.environ["LIBRARY_LAB_ROUTES"] = "on"  # read by child_environment()
-    try:
-        with daphnes(progress, ["on"]) as (server,), client_for(server) as client:
-            timing: list[list[Cell]] = []
-            framing: list[list[Cell]] = []
-            for form, label in (("buffered", "full"), ("stream", "streaming")):
-                progress(0.3 if form == "buffered" else 0.6, f"live: {label} form")
-                first, end, header = _measure(client, {**query, "form": form})
-                timing.append([label, int(first * 10), int(end * 10)])
-                framing.append([label, header])
-            progress(0.85, "live: report failing after 3 lines")
-            cut = client.get(
-                "/realtime/reports/loans.csv",
-                params={**query, "line_ms": 0, "fail_after": CUT_AT - 1},
-            )
-    finally:
-        if previous is None:
-            os.environ.pop("LIBRARY_LAB_ROUTES", None)
-        else:
-            os.environ["LIBRARY_LAB_ROUTES"] = previous
+    lab_routes = {"LIBRARY_LAB_ROUTES": "on"}
+    with (
+        daphnes(progress, ["on"], env=lab_routes) as (server,),
+        client_for(server) as client,
+    ):
+        timing: list[list[Cell]] = []
+        framing: list[list[Cell]] = []
+        for form, label in (("buffered", "full"), ("stream", "streaming")):
+            progress(0.3 if form == "buffered" else 0.6, f"live: {label} form")
+            first, end, header = _measure(client, {**query, "form": form})
+            timing.append([label, int(first * 10), int(end * 10)])
+            framing.append([label, header])
+        progress(0.85, "live: report failing after 3 lines")
+        cut = client.get(
+            "/realtime/reports/loans.csv",
+            params={**query, "line_ms": 0, "fail_after": CUT_AT - 1},
+        )
     last = cut.text.rstrip("\n").rsplit("\n", 1)[-1]
     return {
         "live_timing": table(TIMING_COLUMNS, timing),

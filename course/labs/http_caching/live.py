@@ -11,93 +11,34 @@ from course.labs.base import Cell, Params, Progress, Tables, table
 # --- live part: the real views behind a real daphne ------------------------------
 
 LIVE_BOOK_ID = 7
-LIVE_START_TIMEOUT_S = 60.0
 LIVE_LOGIN_PATH = "/login/"
-DAPHNE = ("-m", "daphne", "-b", "127.0.0.1")
-
-
-def _listening(port: int) -> bool:
-    import socket
-
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _host_header(port: int) -> str:
-    """Return a Host the server accepts: 127.0.0.1, or the first allowed name."""
-    from django.conf import settings
-
-    allowed = [h for h in settings.ALLOWED_HOSTS if h not in ("*", "")]
-    if settings.DEBUG or not allowed or "127.0.0.1" in allowed:
-        return f"127.0.0.1:{port}"
-    return allowed[0].lstrip(".")
 
 
 @contextmanager
 def live_server(progress: Progress) -> Iterator[Any]:
     """Start daphne on a free port (same database and Redis); yield an httpx client.
 
-    The server runs in a session of its own and is stopped with its whole process
-    group however the block ends.
+    The server keeps this process's LIBRARY_CACHE and is stopped with its whole
+    process group however the block ends.
     """
-    import logging
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
+    import os
 
     import httpx
-    from django.db import connection
 
-    from course.labs.base import LabError
-    from course.labs.live import live_step
-    from jobs.processes import ROOT, child_environment, kill_group
+    from course.labs.live_http import daphnes, host_header
 
-    if connection.in_atomic_block:
-        raise LabError("live: run the live part outside a database transaction")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    live_step(progress, 0.02, f"starting daphne on port {port}")
-    process = subprocess.Popen(
-        [sys.executable, *DAPHNE, "-p", str(port), "config.asgi:application"],
-        cwd=ROOT,
-        env=child_environment(LOG_LEVEL="WARNING"),
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    # httpx logs every request at INFO; the lab's tables already say what happened.
-    quiet = logging.getLogger("httpx")
-    level = quiet.level
-    quiet.setLevel(logging.WARNING)
-    try:
-        deadline = time.monotonic() + LIVE_START_TIMEOUT_S
-        while not _listening(port):
-            if process.poll() is not None:
-                raise LabError(
-                    f"live: daphne exited with status {process.returncode}; "
-                    "run it by hand to see why: python -m daphne "
-                    "config.asgi:application"
-                )
-            if time.monotonic() > deadline:
-                raise LabError(
-                    f"live: daphne did not listen within {LIVE_START_TIMEOUT_S:g} s"
-                )
-            time.sleep(0.1)
-        with httpx.Client(
-            base_url=f"http://127.0.0.1:{port}",
-            headers={"Host": _host_header(port)},
+    # The Host header only, as this lab has always sent: request_headers' proxy
+    # header would also bring the CSRF Referer check into its sign-in.
+    cache = os.environ.get("LIBRARY_CACHE", "on")
+    with (
+        daphnes(progress, [cache]) as (server,),
+        httpx.Client(
+            base_url=server.base_url,
+            headers={"Host": host_header(server.port)},
             timeout=30.0,
-        ) as client:
-            yield client
-    finally:
-        quiet.setLevel(level)
-        kill_group(process, signal.SIGTERM)
+        ) as client,
+    ):
+        yield client
 
 
 def _expect(response: Any, status: int, what: str) -> Any:
