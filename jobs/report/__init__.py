@@ -1,0 +1,103 @@
+"""The monthly loan report: a long job in chunks, with checkpoint, cancel and resume.
+
+Scope. A report covers the loans picked up in one calendar month (``month``,
+"YYYY-MM"), or every loan (``month="all"``), optionally of one branch. Called with no
+month (the monthly scheduler calls ``jobs.report.monthly_report_start`` by dotted
+path, without arguments), it reports the month that just ended. A loan counts the
+days it was out up to the report's cut date ``as_of``: its return date, or the cut
+date while it is still open. The cut date (the first day after the month, or today
+if that is earlier; today for "all") and the number of loans in scope are fixed
+when the report is started and stored in its params, so a resumed run counts the
+same loans the same way.
+
+The run (``report_run``, an rq job on the ``default`` queue), as in the lesson:
+
+1. Claim the JobStatus row: take its lease (queued, or running with a lease that
+   ran out), or do nothing (a second delivery, a cancelled row).
+2. Start from the row's checkpoint (last loan id, running totals), or from zero.
+3. At every chunk boundary read the cancellation sources: a cancel request on the
+   row (the page's Cancel button, the admin's "Cancel selected"), the time limit,
+   worker shutdown (SIGTERM to this work-horse, or a warm shutdown of its rq worker
+   recorded in Redis) and the lease (another owner holds the row). A cancel stops
+   at the last checkpoint and marks the row cancelled with its reason; a lost lease
+   stops without writing anything.
+4. Read the next chunk by id (keyset: ``id > last_id``), fold it into the totals,
+   and write checkpoint, progress and the renewed lease in one owner-checked UPDATE,
+   *then* announce the progress (rq job meta, log). A crash between the two leaves
+   the progress saved but unannounced, never announced but unsaved.
+5. When no loan is left, store the result (per-branch rows) and mark the row done.
+
+A chunk is counted in the same statement that moves ``last_id`` past it, so a
+resumed run never counts a loan twice and never skips one.
+
+Sub-modules: ``scope`` (names, limits, params, checkpoint and the loans in scope),
+``start`` (start, cancel, resume), ``run`` (the chunked run), ``cancellation`` (the
+stop reasons read at chunk boundaries) and ``csv_rows`` (the finished report as CSV).
+The rq entry point ``report_run`` stays here, so queued jobs keep the dotted path
+``jobs.report.report_run``.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from jobs.report.csv_rows import report_csv_rows, report_filename
+from jobs.report.run import report_execute
+from jobs.report.scope import (
+    ALL_MONTHS,
+    CSV_COLUMNS,
+    DEFAULT_CHUNK,
+    LEASE_S,
+    MAX_CHUNK,
+    MAX_PAUSE_MS,
+    REASON_OPERATOR,
+    REASON_SHUTDOWN,
+    REASON_TIME_LIMIT,
+    REASON_USER,
+    REPORT_KIND,
+    REPORT_NAME,
+    REPORT_QUEUE,
+    RQ_TIMEOUT_S,
+    Announce,
+    BranchTotals,
+    Checkpoint,
+    ReportError,
+    ReportParams,
+    previous_month,
+)
+from jobs.report.start import monthly_report_start, report_cancel, report_resume
+
+__all__ = [
+    "ALL_MONTHS",
+    "CSV_COLUMNS",
+    "DEFAULT_CHUNK",
+    "LEASE_S",
+    "MAX_CHUNK",
+    "MAX_PAUSE_MS",
+    "REASON_OPERATOR",
+    "REASON_SHUTDOWN",
+    "REASON_TIME_LIMIT",
+    "REASON_USER",
+    "REPORT_KIND",
+    "REPORT_NAME",
+    "REPORT_QUEUE",
+    "RQ_TIMEOUT_S",
+    "Announce",
+    "BranchTotals",
+    "Checkpoint",
+    "ReportError",
+    "ReportParams",
+    "monthly_report_start",
+    "previous_month",
+    "report_cancel",
+    "report_csv_rows",
+    "report_execute",
+    "report_filename",
+    "report_resume",
+    "report_run",
+]
+
+
+def report_run(job_id: str) -> str:
+    """rq entry point: run the report of this JobStatus id."""
+    return report_execute(job_id=uuid.UUID(job_id))
