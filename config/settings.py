@@ -67,7 +67,8 @@ MIDDLEWARE = [
     # leaves to the stack what must come first (SSL redirect, Host check).
     "library.cache.pages.PageCacheMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # WhiteNoise, able to stay in an async chain (config/static.py).
+    "config.static.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -120,6 +120,17 @@ class PageLookup(NamedTuple):
     dependency: str | None
 
 
+def may_be_page(request: HttpRequest) -> bool:
+    """Cheap first look, without I/O: a GET of a route the tier covers."""
+    if request.method != "GET":
+        return False
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return False
+    return (match.url_name or "") in PAGES
+
+
 def page_key(request: HttpRequest, *, no_database: bool = False) -> PageLookup | None:
     """Return where the page tier keeps this request's page, or None: do not use it.
 

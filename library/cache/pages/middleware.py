@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import redis
-import redis.asyncio
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse
 
 from library.cache.metrics import (
@@ -18,7 +18,7 @@ from library.cache.metrics import (
     redis_failed,
     redis_usable,
 )
-from library.cache.pages.keys import PAGE, PageLookup, page_key
+from library.cache.pages.keys import PAGE, PageLookup, may_be_page, page_key
 from library.cache.pages.stored import (
     _body_key,
     _first_keys,
@@ -37,17 +37,62 @@ class PageCacheMiddleware:
 
     A Redis failure never fails a request: the lookup is skipped and the view runs
     (the cache's usual rule, see ``library.cache.store``).
+
+    It runs in either mode Django asks for. In an async chain (every middleware
+    async-capable, see ``config.static``), a request for a route the tier does not
+    cover passes straight through with no thread; a page route does its lookup and
+    store (sync Redis, and the database for a book's version) in a thread.
     """
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+    sync_capable = True
+    async_capable = True
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        if not cache_enabled() or not redis_usable():
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.async_mode:
+            return self._acall(request)
+        found = self._read(request)
+        if found is None:
             return self.get_response(request)
+        lookup, generation, answer = found
+        if answer is not None:
+            return answer
+        response = self.get_response(request)
+        self._store(lookup, generation, response)
+        response["X-Page-Cache"] = "miss"
+        return response
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        if not cache_enabled() or not may_be_page(request):
+            response: HttpResponse = await self.get_response(request)
+            return response
+        found = await sync_to_async(self._read)(request)
+        if found is None:
+            passed: HttpResponse = await self.get_response(request)
+            return passed
+        lookup, generation, answer = found
+        if answer is not None:
+            return answer
+        rendered: HttpResponse = await self.get_response(request)
+        await sync_to_async(self._store)(lookup, generation, rendered)
+        rendered["X-Page-Cache"] = "miss"
+        return rendered
+
+    def _read(
+        self, request: HttpRequest
+    ) -> tuple[PageLookup, int, HttpResponse | None] | None:
+        """Return the lookup, the current generation and the stored answer if any;
+        None when the tier must stay out (not a page, no Redis)."""
+        if not cache_enabled() or not redis_usable():
+            return None
         lookup = page_key(request)
         if lookup is None:
-            return self.get_response(request)
+            return None
         start = time.perf_counter()
         try:
             # The head, the generation it depends on (and the body), in one trip.
@@ -61,15 +106,12 @@ class PageCacheMiddleware:
                     read_bytes += len(cast(bytes, body))
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page read")
-            return self.get_response(request)
-        if answer is not None:
-            if metrics_buffer(PAGE.namespace, **_hit_counts(read_bytes, start)):
-                metrics_flush()
-            return answer
-        response = self.get_response(request)
-        self._store(lookup, read.generation, response)
-        response["X-Page-Cache"] = "miss"
-        return response
+            return None
+        if answer is not None and metrics_buffer(
+            PAGE.namespace, **_hit_counts(read_bytes, start)
+        ):
+            metrics_flush()
+        return lookup, read.generation, answer
 
     def _store(
         self, lookup: PageLookup, generation: int, response: HttpResponse
