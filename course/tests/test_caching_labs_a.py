@@ -3,19 +3,22 @@ implementation for other parameter values, and the parameter checks."""
 
 from __future__ import annotations
 
-import json
-from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.labs.base import ParamError
 from course.labs.registry import lab_get
 from course.tests import reference_caching_a as ref
-from course.tests.lab_results import records, rows, run
+from course.tests.lab_results import (
+    assert_charts_name_numeric_columns,
+    lab_json,
+    records,
+    rows,
+    run,
+)
 from library.cache.keys import cache_key
 
 STRATEGIES = "cache-strategies"
@@ -301,24 +304,12 @@ def test_progress_is_reported_in_order(slug):
 
 @pytest.mark.parametrize("slug", [STRATEGIES, INVALIDATION, KEY_DESIGN])
 def test_charts_name_existing_numeric_columns(slug):
-    lab = lab_get(slug)
-    result = lab.run(lab.defaults())
-    assert lab.charts
-    for chart in lab.charts:
-        found = result["tables"][chart.table]
-        for column in chart.values:
-            index = found["columns"].index(column)
-            assert all(isinstance(row[index], int | float) for row in found["rows"])
+    assert_charts_name_numeric_columns(slug)
 
 
 def test_lab_command_prints_the_strategies_as_json():
-    out, err = StringIO(), StringIO()
-    call_command(
-        "lab", STRATEGIES, "--json", "--set", "flush_every=5", stdout=out, stderr=err
-    )
-    data = json.loads(out.getvalue())
+    data = lab_json(STRATEGIES, "--set", "flush_every=5")
     assert data["params"]["flush_every"] == 5
     assert data["tables"]["strategies"]["rows"] == ref.strategies(
         1200, 20250729, 0.15, 12, 5
     )
-    assert err.getvalue() == ""

@@ -1,13 +1,10 @@
 """Hot key, HTTP caching, cache metrics: the course's tables, a reference, the CLI."""
 
-import json
 import time
 from datetime import UTC, datetime
-from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +12,15 @@ from course.labs import http_caching
 from course.labs.base import ParamError
 from course.labs.registry import lab_get
 from course.tests import reference_caching_b as ref
-from course.tests.lab_results import columns, records, rows, run
+from course.tests.lab_results import (
+    assert_charts_name_numeric_columns,
+    assert_refused,
+    columns,
+    lab_json,
+    records,
+    rows,
+    run,
+)
 
 HOT = "hot-key-and-stampede-effect"
 HTTP = "http-caching"
@@ -370,24 +375,7 @@ def test_progress_is_reported_in_order(slug):
 
 @pytest.mark.parametrize("slug", [HOT, HTTP, METRICS])
 def test_every_chart_names_numeric_columns(slug):
-    lab = lab_get(slug)
-    tables = lab.run(lab.defaults())["tables"]
-    assert lab.charts
-    for chart in lab.charts:
-        found = tables[chart.table]
-        assert chart.label in found["columns"]
-        for value in chart.values:
-            at = found["columns"].index(value)
-            assert all(isinstance(row[at], int | float) for row in found["rows"])
-
-
-def lab_command(*args: str) -> tuple[object, str, str]:
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("lab", *args, stdout=out, stderr=err)
-    except SystemExit as exit_:
-        return exit_.code, out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
+    assert_charts_name_numeric_columns(slug)
 
 
 @pytest.mark.parametrize(
@@ -399,21 +387,13 @@ def lab_command(*args: str) -> tuple[object, str, str]:
     ],
 )
 def test_lab_json_from_the_command_line(slug, table, first_row):
-    status, out, err = lab_command(slug, "--json")
-    assert status == 0
-    assert err == ""
-    data = json.loads(out)
-    assert list(data) == ["lesson", "params", "tables"]
-    assert data["lesson"] == slug
-    assert data["tables"][table]["rows"][0] == first_row
+    assert lab_json(slug)["tables"][table]["rows"][0] == first_row
 
 
 def test_command_sets_shards_and_copies():
-    status, out, _ = lab_command(
-        HOT, "--json", "--set", "shards=3", "--set", "copies=2,5"
-    )
-    assert status == 0
-    shards = json.loads(out)["tables"]["shards"]
+    shards = lab_json(HOT, "--set", "shards=3", "--set", "copies=2,5")["tables"][
+        "shards"
+    ]
     assert shards["columns"][2:] == ["shard_0", "shard_1", "shard_2"]
     assert [row[0] for row in shards["rows"]] == [
         "single key",
@@ -442,11 +422,7 @@ def test_command_sets_shards_and_copies():
     ],
 )
 def test_bad_values_exit_2_with_one_line(args, needle):
-    status, out, err = lab_command(*args)
-    assert status == 2
-    assert out == ""
-    assert needle in err
-    assert len(err.strip().splitlines()) == 1
+    assert_refused(*args, needle=needle)
 
 
 def test_stored_params_are_checked_by_type():

@@ -3,13 +3,12 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
-from io import StringIO
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 
 from course.labs.registry import LABS
+from course.tests.lab_results import lab_command as lab
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every lab has a live part now; the "model only" answers are checked on a copy of
@@ -20,16 +19,6 @@ MODEL_ONLY = "cache-layers"
 @pytest.fixture
 def model_only(monkeypatch):
     monkeypatch.setitem(LABS, MODEL_ONLY, replace(LABS[MODEL_ONLY], live=None))
-
-
-def lab(*args: str) -> tuple[object, str, str]:
-    """Run the command in-process; return (exit status, stdout, stderr)."""
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("lab", *args, stdout=out, stderr=err)
-    except SystemExit as exit_:
-        return exit_.code, out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
 
 
 def test_without_arguments_lists_labs(model_only):

@@ -3,21 +3,18 @@ and the live part on a real rq worker with the real report."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from fractions import Fraction
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.labs import live as harness
 from course.labs.base import LabError, ParamError
 from course.labs.registry import lab_get
-from course.tests.lab_results import columns, records, run
+from course.tests.lab_results import assert_refused, columns, lab_json, records, run
 from jobs.models import JobStatus
 from library.models import Branch, Loan
 
@@ -117,20 +114,8 @@ def test_average_is_printed_as_to_fixed_2():
     assert run(SLUG, records=31, chunk=10)["tables"]["resumed"]["rows"][0][2] == 14.06
 
 
-def lab_command(*args: str) -> tuple[object, str, str]:
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("lab", *args, stdout=out, stderr=err)
-    except SystemExit as exit_:
-        return exit_.code, out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
-
-
 def test_lab_command_prints_json():
-    status, out, _ = lab_command(SLUG, "--set", "cancel_at_pct=70", "--json")
-    assert status == 0
-    body = json.loads(out)
-    assert body["lesson"] == SLUG
+    body = lab_json(SLUG, "--set", "cancel_at_pct=70")
     assert body["tables"]["cancelled"]["rows"] == [[21000, 304500, "cancelled"]]
     assert body["tables"]["resumed"]["rows"] == [[30000, 435000, 14.5]]
 
@@ -144,10 +129,7 @@ def test_lab_command_prints_json():
     ],
 )
 def test_bad_values_exit_2_with_one_line(args, needle):
-    status, _out, err = lab_command(SLUG, *args)
-    assert status == 2
-    assert needle in err
-    assert "Traceback" not in err
+    assert_refused(SLUG, *args, needle=needle)
 
 
 def test_validate_rejects_what_the_command_rejects():

@@ -1,17 +1,22 @@
 """The four messaging labs: the course's printed tables, a reference, the command."""
 
-import json
-from io import StringIO
-
 import pytest
-from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.labs.base import ParamError
 from course.labs.registry import lab_get
 from course.tests import reference_messaging as ref
-from course.tests.lab_results import columns, records, rows, run
+from course.tests.lab_results import (
+    assert_charts_name_numeric_columns,
+    assert_refused,
+    columns,
+    lab_form_page,
+    lab_json,
+    records,
+    rows,
+    run,
+)
 
 RATIONALE = "rationale-for-asynchronous-processing"
 DELIVERY = "delivery-semantics"
@@ -415,15 +420,6 @@ def test_jitter_spreads_the_wave_without_changing_its_size():
 # --- the command line ---------------------------------------------------------------
 
 
-def lab_command(*args: str) -> tuple[object, str, str]:
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("lab", *args, stdout=out, stderr=err)
-    except SystemExit as exit_:
-        return exit_.code, out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
-
-
 @pytest.mark.parametrize(
     ("slug", "table", "first_row"),
     [
@@ -434,21 +430,11 @@ def lab_command(*args: str) -> tuple[object, str, str]:
     ],
 )
 def test_lab_json_from_the_command_line(slug, table, first_row):
-    status, out, err = lab_command(slug, "--json")
-    assert status == 0
-    assert err == ""
-    data = json.loads(out)
-    assert list(data) == ["lesson", "params", "tables"]
-    assert data["lesson"] == slug
-    assert data["tables"][table]["rows"][0] == first_row
+    assert lab_json(slug)["tables"][table]["rows"][0] == first_row
 
 
 def test_command_sets_list_values():
-    status, out, _ = lab_command(
-        DEAD_LETTERS, "--json", "--set", "thresholds=4,6", "--set", "threshold=2"
-    )
-    assert status == 0
-    data = json.loads(out)
+    data = lab_json(DEAD_LETTERS, "--set", "thresholds=4,6", "--set", "threshold=2")
     assert data["tables"]["retry"]["rows"][2][0] == "threshold=2"
     assert [row[0] for row in data["tables"]["selection"]["rows"]] == [4, 6]
 
@@ -471,11 +457,7 @@ def test_command_sets_list_values():
     ],
 )
 def test_bad_values_exit_2_with_one_line(args, needle):
-    status, out, err = lab_command(*args)
-    assert status == 2
-    assert out == ""
-    assert needle in err
-    assert len(err.strip().splitlines()) == 1
+    assert_refused(*args, needle=needle)
 
 
 def test_validate_rejects_the_same_values_as_the_command():
@@ -488,22 +470,10 @@ def test_validate_rejects_the_same_values_as_the_command():
 
 @pytest.mark.parametrize("slug", [RATIONALE, DELIVERY, DEAD_LETTERS, POISON])
 def test_every_chart_names_columns_the_model_produces(slug):
-    lab = lab_get(slug)
-    tables = lab.run(lab.defaults())["tables"]
-    assert lab.charts
-    for chart in lab.charts:
-        found = tables[chart.table]
-        assert chart.label in found["columns"]
-        for value in chart.values:
-            at = found["columns"].index(value)
-            assert all(isinstance(row[at], int | float) for row in found["rows"])
+    assert_charts_name_numeric_columns(slug)
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("slug", [RATIONALE, DELIVERY, DEAD_LETTERS, POISON])
 def test_lesson_page_offers_the_lab_form(client, slug):
-    html = client.get(f"/course/{slug}/").content.decode()
-    assert '<form id="lab-form"' in html
-    assert f'action="/course/{slug}/run"' in html
-    for param in lab_get(slug).params:
-        assert f'name="{param.name}"' in html
+    lab_form_page(client, slug)

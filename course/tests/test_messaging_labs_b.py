@@ -1,19 +1,25 @@
 """Publish-subscribe and streams-vs-queues: printed tables, a reference, the command."""
 
-import json
-from io import StringIO
 from typing import Any
 
 import django_rq
 import pytest
-from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rq import SimpleWorker
 
 from course.labs.registry import lab_get
 from course.tests import reference_messaging_b as ref
-from course.tests.lab_results import columns, records, rows, run
+from course.tests.lab_results import (
+    assert_charts_name_numeric_columns,
+    assert_refused,
+    columns,
+    lab_form_page,
+    lab_json,
+    records,
+    rows,
+    run,
+)
 from jobs.models import JobStatus
 
 PUBSUB = "publish-subscribe"
@@ -236,15 +242,6 @@ def test_retention_follows_the_course_subtraction_when_report_is_not_behind():
 # --- the command line ---------------------------------------------------------------
 
 
-def lab_command(*args: str) -> tuple[object, str, str]:
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("lab", *args, stdout=out, stderr=err)
-    except SystemExit as exit_:
-        return exit_.code, out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
-
-
 @pytest.mark.parametrize(
     ("slug", "table", "first_row"),
     [
@@ -255,29 +252,18 @@ def lab_command(*args: str) -> tuple[object, str, str]:
     ],
 )
 def test_lab_json_from_the_command_line(slug, table, first_row):
-    status, out, err = lab_command(slug, "--json")
-    assert status == 0
-    assert err == ""
-    data = json.loads(out)
-    assert list(data) == ["lesson", "params", "tables"]
-    assert data["lesson"] == slug
-    assert data["tables"][table]["rows"][0] == first_row
+    assert lab_json(slug)["tables"][table]["rows"][0] == first_row
 
 
 def test_command_sets_values():
-    status, out, _ = lab_command(
-        PUBSUB, "--json", "--set", "rounds=2", "--set", "slow_duration=1"
-    )
-    assert status == 0
-    data = json.loads(out)
+    data = lab_json(PUBSUB, "--set", "rounds=2", "--set", "slow_duration=1")
     assert data["params"] == {**PUBSUB_DEFAULTS, "rounds": 2, "slow_duration": 1}
     assert data["tables"]["slow_subscriber"]["rows"] == [
         [1, "4/0", "4/0", "4/0"],
         [2, "8/0", "8/0", "8/0"],
     ]
-    status, out, _ = lab_command(STREAMS, "--json", "--set", "keep=0")
-    assert status == 0
-    assert json.loads(out)["tables"]["retention"]["rows"] == [[10, 10, 8]]
+    data = lab_json(STREAMS, "--set", "keep=0")
+    assert data["tables"]["retention"]["rows"] == [[10, 10, 8]]
 
 
 @pytest.mark.parametrize(
@@ -294,11 +280,7 @@ def test_command_sets_values():
     ],
 )
 def test_bad_values_exit_2_with_one_line(args, needle):
-    status, out, err = lab_command(*args)
-    assert status == 2
-    assert out == ""
-    assert needle in err
-    assert len(err.strip().splitlines()) == 1
+    assert_refused(*args, needle=needle)
 
 
 # --- the lesson pages ---------------------------------------------------------------
@@ -306,15 +288,7 @@ def test_bad_values_exit_2_with_one_line(args, needle):
 
 @pytest.mark.parametrize("slug", [PUBSUB, STREAMS])
 def test_every_chart_names_columns_the_model_produces(slug):
-    lab = lab_get(slug)
-    tables = lab.run(lab.defaults())["tables"]
-    assert lab.charts
-    for chart in lab.charts:
-        found = tables[chart.table]
-        assert chart.label in found["columns"]
-        for value in chart.values:
-            at = found["columns"].index(value)
-            assert all(isinstance(row[at], int | float) for row in found["rows"])
+    assert_charts_name_numeric_columns(slug)
 
 
 @pytest.mark.parametrize("slug", [PUBSUB, STREAMS])
@@ -326,12 +300,7 @@ def test_labs_have_a_live_part(slug):
 @pytest.mark.django_db
 @pytest.mark.parametrize("slug", [PUBSUB, STREAMS])
 def test_lesson_page_offers_the_lab_form(client, slug):
-    html = client.get(f"/course/{slug}/").content.decode()
-    assert '<form id="lab-form"' in html
-    assert f'action="/course/{slug}/run"' in html
-    assert "not built yet" not in html
-    for param in lab_get(slug).params:
-        assert f'name="{param.name}"' in html
+    assert "not built yet" not in lab_form_page(client, slug)
 
 
 @pytest.mark.django_db
@@ -353,9 +322,7 @@ def test_a_run_from_the_page_shows_its_tables(
     job = JobStatus.objects.get()
     assert job.state == "done", job.error
     sets = [arg for name, value in form.items() for arg in ("--set", f"{name}={value}")]
-    status, out, _ = lab_command(slug, "--json", *sets)
-    assert status == 0
-    assert job.result == json.loads(out)
+    assert job.result == lab_json(slug, *sets)
     html = client.get(response["Location"]).content.decode()
     for name in job.result["tables"]:
         assert f"<code>{name}</code>" in html

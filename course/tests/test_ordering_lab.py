@@ -1,19 +1,24 @@
 """The ordering-and-partitioning lab: the course's tables, a reference, the command."""
 
-import json
-from io import StringIO
 from itertools import combinations
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.labs import ordering
-from course.labs.registry import lab_get
 from course.tests import reference_ordering as ref
-from course.tests.lab_results import columns, records, rows, run
+from course.tests.lab_results import (
+    assert_charts_name_numeric_columns,
+    assert_refused,
+    columns,
+    lab_form_page,
+    lab_json,
+    records,
+    rows,
+    run,
+)
 
 SLUG = "ordering-and-partitioning"
 DEFAULTS: dict[str, Any] = {
@@ -230,32 +235,16 @@ def test_no_events_behind_the_hot_key_give_null_averages():
 # --- the command line ---------------------------------------------------------------
 
 
-def lab_command(*args: str) -> tuple[object, str, str]:
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("lab", *args, stdout=out, stderr=err)
-    except SystemExit as exit_:
-        return exit_.code, out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
-
-
 def test_lab_json_from_the_command_line():
-    status, out, err = lab_command(SLUG, "--json")
-    assert (status, err) == (0, "")
-    data = json.loads(out)
-    assert list(data) == ["lesson", "params", "tables"]
-    assert data["lesson"] == SLUG
+    data = lab_json(SLUG)
     assert data["params"] == DEFAULTS
     assert data["tables"]["partitioned"]["rows"][3] == [4, 21, 25, 0, "3 14 21 6"]
     assert data["tables"]["head_of_line"]["rows"] == [[5, 11, 5]]
 
 
 def test_command_sets_values_and_lists():
-    status, out, _ = lab_command(
-        SLUG, "--json", "--set", "partitions=6,1", "--set", "hot_partitions=8"
-    )
-    assert status == 0
-    tables = json.loads(out)["tables"]
+    data = lab_json(SLUG, "--set", "partitions=6,1", "--set", "hot_partitions=8")
+    tables = data["tables"]
     assert [row[0] for row in tables["partitioned"]["rows"]] == [6, 1]
     (only,) = tables["hot_key"]["rows"]
     assert only[:2] == [8, 28]
@@ -278,36 +267,20 @@ def test_command_sets_values_and_lists():
     ],
 )
 def test_bad_values_exit_2_with_one_line(args, needle):
-    status, out, err = lab_command(SLUG, *args)
-    assert status == 2
-    assert out == ""
-    assert needle in err
-    assert len(err.strip().splitlines()) == 1
+    assert_refused(SLUG, *args, needle=needle)
 
 
 # --- the lesson page ----------------------------------------------------------------
 
 
 def test_every_chart_names_numeric_columns_the_model_produces():
-    lab = lab_get(SLUG)
-    tables = lab.run(lab.defaults())["tables"]
-    assert lab.charts
-    for chart in lab.charts:
-        found = tables[chart.table]
-        assert chart.label in found["columns"]
-        for value in chart.values:
-            at = found["columns"].index(value)
-            assert all(isinstance(row[at], int | float) for row in found["rows"])
+    assert_charts_name_numeric_columns(SLUG)
 
 
 @pytest.mark.django_db
 def test_lesson_page_offers_the_lab_form(client):
-    html = client.get(f"/course/{SLUG}/").content.decode()
-    assert '<form id="lab-form"' in html
-    assert f'action="/course/{SLUG}/run"' in html
+    html = lab_form_page(client, SLUG)
     assert 'name="partitions" value="1,2,3,4,6"' in html
-    for param in lab_get(SLUG).params:
-        assert f'name="{param.name}"' in html
 
 
 @pytest.mark.django_db
@@ -327,10 +300,8 @@ def test_lesson_page_runs_the_lab_to_the_commands_result(
     django_rq.get_worker("labs", worker_class=worker_class).work(burst=True)
     job = JobStatus.objects.get()
     assert job.state == "done", job.error
-    status, out, _ = lab_command(
-        SLUG, "--json", "--set", "partitions=2,4", "--set", "hot_events=40"
+    assert job.result == lab_json(
+        SLUG, "--set", "partitions=2,4", "--set", "hot_events=40"
     )
-    assert status == 0
-    assert job.result == json.loads(out)
     page = client.get(f"/course/{SLUG}/?job={job.id}").content.decode()
     assert "<code>head_of_line</code>" in page

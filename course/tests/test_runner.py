@@ -1,11 +1,8 @@
-import json
 import uuid
-from io import StringIO
 from typing import Any
 
 import django_rq
 import pytest
-from django.core.management import call_command
 from django.test import Client
 from rq import SimpleWorker
 
@@ -13,6 +10,7 @@ from course.labs.registry import LABS, lab_get
 from course.lessons import LESSONS
 from course.services import lab_run_enqueue
 from course.tasks import run_lab
+from course.tests.lab_results import lab_json
 from jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
@@ -26,12 +24,6 @@ def work_burst() -> None:
     # SimpleWorker runs jobs in this process, inside the test's transaction.
     worker_class: Any = SimpleWorker
     django_rq.get_worker("labs", worker_class=worker_class).work(burst=True)
-
-
-def command_json(*args: str) -> Any:
-    out = StringIO()
-    call_command("lab", *args, "--json", stdout=out)
-    return json.loads(out.getvalue())
 
 
 def test_post_creates_job_and_enqueues_after_commit(
@@ -132,7 +124,7 @@ def test_burst_worker_runs_the_lab_to_the_commands_result(
     sets = [
         arg for name, value in overrides.items() for arg in ("--set", f"{name}={value}")
     ]
-    assert job.result == command_json(slug, *sets)
+    assert job.result == lab_json(slug, *sets)
 
 
 def test_smuggled_bad_params_end_as_failed_with_readable_error(

@@ -2,11 +2,8 @@
 the command line, and the live part on real manage.py processes."""
 
 import datetime
-import json
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +11,16 @@ from course.labs import scheduled_tasks
 from course.labs.base import ParamError
 from course.labs.registry import lab_get
 from course.tests import reference_scheduled as ref
-from course.tests.lab_results import columns, records, rows, run
+from course.tests.lab_results import (
+    assert_charts_name_numeric_columns,
+    assert_refused,
+    columns,
+    lab_form_page,
+    lab_json,
+    records,
+    rows,
+    run,
+)
 
 SLUG = "scheduled-tasks"
 START_MS = 1_769_903_220_000  # 2026-01-31T23:47:00Z
@@ -113,21 +119,8 @@ def test_next_runs_match_the_reference_property(start_ms, runs):
 # --- the command line ---------------------------------------------------------------
 
 
-def lab_command(*args: str) -> tuple[object, str, str]:
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("lab", *args, stdout=out, stderr=err)
-    except SystemExit as exit_:
-        return exit_.code, out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
-
-
 def test_lab_json_from_the_command_line():
-    status, out, err = lab_command(
-        SLUG, "--json", "--set", "runs=2", "--set", "start=2026-01-31T23:47:00Z"
-    )
-    assert (status, err) == (0, "")
-    data = json.loads(out)
+    data = lab_json(SLUG, "--set", "runs=2", "--set", "start=2026-01-31T23:47:00Z")
     assert data["params"] == {"start": "2026-01-31T23:47:00Z", "runs": 2}
     end_of_month = data["tables"]["next_runs"]["rows"][3]
     assert end_of_month[0] == "end_of_month"
@@ -148,11 +141,7 @@ def test_lab_json_from_the_command_line():
     ],
 )
 def test_bad_values_exit_2_with_one_line(args, needle):
-    status, out, err = lab_command(SLUG, *args)
-    assert status == 2
-    assert out == ""
-    assert needle in err
-    assert len(err.strip().splitlines()) == 1
+    assert_refused(SLUG, *args, needle=needle)
 
 
 def test_validate_rejects_a_bad_start():
@@ -161,23 +150,12 @@ def test_validate_rejects_a_bad_start():
 
 
 def test_the_chart_names_columns_the_model_produces():
-    lab = lab_get(SLUG)
-    tables = lab.run(lab.defaults())["tables"]
-    for chart in lab.charts:
-        found = tables[chart.table]
-        assert chart.label in found["columns"]
-        for value in chart.values:
-            at = found["columns"].index(value)
-            assert all(isinstance(row[at], int) for row in found["rows"])
+    assert_charts_name_numeric_columns(SLUG, numeric=(int,))
 
 
 @pytest.mark.django_db
 def test_lesson_page_offers_the_lab_form(client):
-    html = client.get(f"/course/{SLUG}/").content.decode()
-    assert '<form id="lab-form"' in html
-    assert f'action="/course/{SLUG}/run"' in html
-    for param in lab_get(SLUG).params:
-        assert f'name="{param.name}"' in html
+    lab_form_page(client, SLUG)
 
 
 # --- live: two real manage.py processes, the application's Redis lease --------------

@@ -3,19 +3,24 @@ and their live parts on real rq workers and real daphne."""
 
 from __future__ import annotations
 
-import json
-from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.labs.base import Tables
 from course.labs.registry import lab_get
 from course.tests import reference_shedding as ref
-from course.tests.lab_results import columns, records, rows, run
+from course.tests.lab_results import (
+    assert_charts_name_numeric_columns,
+    assert_refused,
+    columns,
+    lab_json,
+    records,
+    rows,
+    run,
+)
 
 
 def test_backpressure_defaults_reproduce_the_course():
@@ -117,15 +122,6 @@ def test_load_shedding_matches_reference_property(requests, concurrent, queue, j
     assert rows(result, "latency") == expected
 
 
-def lab_command(*args: str) -> tuple[object, str, str]:
-    out, err = StringIO(), StringIO()
-    try:
-        call_command("lab", *args, stdout=out, stderr=err)
-    except SystemExit as exit_:
-        return exit_.code, out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
-
-
 @pytest.mark.parametrize(
     ("args", "table", "first_row"),
     [
@@ -136,10 +132,7 @@ def lab_command(*args: str) -> tuple[object, str, str]:
     ],
 )  # fmt: skip
 def test_lab_json_from_the_command_line(args, table, first_row):
-    status, out, err = lab_command(*args, "--json")
-    assert (status, err) == (0, "")
-    data = json.loads(out)
-    assert data["tables"][table]["rows"][0] == first_row
+    assert lab_json(*args)["tables"][table]["rows"][0] == first_row
 
 
 @pytest.mark.parametrize(
@@ -151,20 +144,12 @@ def test_lab_json_from_the_command_line(args, table, first_row):
     ],
 )
 def test_bad_values_exit_2_with_one_line(args, needle):
-    status, out, err = lab_command(*args)
-    assert (status, out) == (2, "")
-    assert needle in err
-    assert len(err.strip().splitlines()) == 1
+    assert_refused(*args, needle=needle)
 
 
 @pytest.mark.parametrize("slug", ["backpressure", "load-shedding"])
 def test_every_chart_names_columns_the_model_produces(slug):
-    lab = lab_get(slug)
-    result = run(slug)
-    for chart in lab.charts:
-        found = result["tables"][chart.table]["columns"]
-        assert chart.label in found
-        assert set(chart.values) <= set(found)
+    assert_charts_name_numeric_columns(slug)
 
 
 # --- live --------------------------------------------------------------------------

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import math
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.labs import worker_processes
 from course.labs.registry import lab_get
-from course.tests.lab_results import columns, records, run
+from course.tests.lab_results import assert_refused, columns, lab_json, records, run
 
 SLUG = "worker-processes"
 
@@ -57,15 +54,9 @@ def test_other_values_are_honoured():
 
 
 def test_the_command_prints_json_and_refuses_bad_values():
-    out = StringIO()
-    call_command("lab", SLUG, "--json", "--set", "workers=1,3", stdout=out)
-    tables = json.loads(out.getvalue())["tables"]
+    tables = lab_json(SLUG, "--set", "workers=1,3")["tables"]
     assert tables["pool"]["rows"] == [[1, 12, 12], [3, 12, 4]]
-    err = StringIO()
-    with pytest.raises(SystemExit) as exit_:
-        call_command("lab", SLUG, "--set", "workers=0", stderr=err)
-    assert exit_.value.code == 2
-    assert "workers" in err.getvalue()
+    assert_refused(SLUG, "--set", "workers=0", needle="workers")
 
 
 @pytest.mark.processes
