@@ -14,7 +14,7 @@ from library.cache.pages import PageCacheMiddleware
 def test_the_asgi_chain_is_async_from_end_to_end() -> None:
     handler = ASGIHandler()  # loads the middleware in async mode, as daphne does
     # Django wraps the outermost middleware in its exception handler (functools.wraps).
-    outermost = handler._middleware_chain.__wrapped__
+    outermost = handler._middleware_chain.__wrapped__  # type: ignore[attr-defined]
     assert isinstance(outermost, PageCacheMiddleware)
     # Had any middleware below been sync-only, Django would have handed the outer
     # ones a sync get_response (and run the chain in a thread per request).
