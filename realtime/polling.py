@@ -115,6 +115,12 @@ def log_head() -> int:
     return head or 0
 
 
+def log_newest() -> int:
+    """Return the newest offset of the log, readable yet or not (0: empty)."""
+    newest: int | None = OutboxMessage.objects.aggregate(n=Max("id"))["n"]
+    return newest or 0
+
+
 def _poll_once(
     job_ids: list[uuid.UUID], want_head: bool
 ) -> tuple[dict[uuid.UUID, int], int | None]:

@@ -43,7 +43,14 @@ from library.subscribers import branch_stock_state
 from messaging.models import OutboxMessage
 from messaging.registry import MessageType
 from messaging.streams import earliest_offset
-from realtime.polling import change_hub, counter_add, db_call, job_read, log_head
+from realtime.polling import (
+    change_hub,
+    counter_add,
+    db_call,
+    job_read,
+    log_head,
+    log_newest,
+)
 
 BRANCH_TYPES: Final = (
     MessageType.LOAN_ISSUED.value,
@@ -169,7 +176,10 @@ def branch_start(branch_id: int, last_id: int | None) -> BranchStart | None:
     head = log_head()
     if last_id is None:
         return BranchStart(head, False, "no id")
-    if last_id > head:
+    # Compared with the newest offset, not the readable head: on PostgreSQL the
+    # head trails the newest message by the commit grace, and an id in between
+    # is a real one the client may hold; its stream waits until it is readable.
+    if last_id > log_newest():
         return BranchStart(head, False, "unknown id")
     # The client has everything up to last_id; it can resume if last_id + 1 is kept.
     if last_id + 1 < earliest_offset():
@@ -203,6 +213,7 @@ async def _branch_events(
     if start.resumable and last_id is not None:
         async for block in _replay(branch_id, last_id, start.head):
             yield block
+        after = max(after, last_id)  # an id not readable yet: go on from it
     else:
         state = await db_call(branch_stock_state, branch_id)
         if last_id is None:
