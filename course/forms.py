@@ -52,10 +52,11 @@ class LabForm(forms.Form):
             # Not ``disabled`` for non-staff: a disabled field ignores what is sent,
             # and a request asking for the live part must be refused, not ignored.
             help_text = (
-                "Starts real rq worker processes, publishes probe messages and "
-                "counts what they did; takes a few seconds more."
+                "Asks the running system the same question: starts processes of "
+                "its own (rq workers or a web server), measures what really "
+                "happens and cleans up; takes a few seconds more."
                 if allow_live
-                else "Staff only: a live run starts worker processes and writes rows."
+                else "Staff only: a live run starts processes and writes rows."
             )
             self.fields[self.LIVE_FIELD] = forms.BooleanField(
                 label="Also measure the live system",

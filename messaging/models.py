@@ -184,6 +184,7 @@ class SubscriptionState(models.Model):
 
     class Meta:
         ordering = ["name"]
+        verbose_name = "subscription"
 
     def __str__(self) -> str:
         state = "active" if self.active else "paused"
@@ -205,6 +206,7 @@ class PartitionLease(models.Model):
 
     class Meta:
         ordering = ["subscription", "partition"]
+        verbose_name = "partition"
         constraints = [
             models.UniqueConstraint(
                 fields=["subscription", "partition"], name="one_lease_per_partition"
