@@ -4,13 +4,14 @@ store, the real outbox and the real catalogue pages.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from course.labs.base import Cell, LabError, Params, Progress, Tables, table
 
 if TYPE_CHECKING:
     from course.labs.live import LiveSystem
+    from library.models import Book
 
 # --- live part ----------------------------------------------------------------------
 
@@ -142,14 +143,21 @@ def _live_event(book: int, branch: int, page: int, system: LiveSystem) -> list[C
     from library.cache.reads import branch_books_page
 
     def read() -> tuple[int, bool]:
-        hit = bool(cache_redis().exists(_list_key(branch, page)))
+        before = _list_key(branch, page)
+        existed = bool(cache_redis().exists(before))
         found = branch_books_page(branch_id=branch, page=page)
         if found is None:
             raise LabError(f"live: branch {branch} vanished during the run")
-        for row in found[1].object_list:
-            if row.pk == book:
-                return row.on_shelf, hit
-        raise LabError(f"live: book #{book} is not on page {page} of its branch")
+        return _on_page(found[1].object_list, book, page), _was_hit(existed, before)
+
+    def _was_hit(existed: bool, before: str) -> bool:
+        after = _list_key(branch, page)
+        if after == before:
+            return existed
+        # The worker's bump landed during the read, so the read used one of the two
+        # keys. Only a miss stores under the new one: if that entry exists now, this
+        # read made it.
+        return existed and not cache_redis().exists(after)
 
     read()
     if not cache_redis().exists(_list_key(branch, page)):
@@ -167,6 +175,14 @@ def _live_event(book: int, branch: int, page: int, system: LiveSystem) -> list[C
         system=system,
     )
     return row
+
+
+def _on_page(rows: Iterable[Book], book: int, page: int) -> int:
+    """Return the shelf count of ``book`` among the page's rows."""
+    for row in rows:
+        if row.pk == book:
+            return row.on_shelf
+    raise LabError(f"live: book #{book} is not on page {page} of its branch")
 
 
 def _live_version(book: int) -> list[Cell]:
