@@ -1,4 +1,4 @@
-"""Per-namespace cache counters, and the Redis connection the cache primitives share.
+"""Per-namespace cache counters, and the record of Redis errors on cache paths.
 
 Recording is cheap: ``metrics_record`` adds to an in-process buffer under a lock and
 touches Redis only when ``FLUSH_EVENTS`` events have piled up or ``FLUSH_INTERVAL_S``
@@ -21,7 +21,9 @@ tier dropped to stay within its size bound, and local entries found past their l
 
 Redis errors never propagate from here; they are counted and logged at most once a
 minute (``redis_failed``), and for ``DEGRADED_S`` afterwards the read paths skip Redis
-and go straight to the origin instead of waiting on a server that is down.
+and go straight to the origin instead of waiting on a server that is down. The client
+itself lives in ``library.cache.connection``; ``cache_redis`` and ``redis_usable``
+are re-exported here for the callers that import them with the counters.
 """
 
 from __future__ import annotations
@@ -35,9 +37,8 @@ from collections import defaultdict
 from typing import Final, TypedDict, cast
 
 import redis
-from django.conf import settings
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
+
+from library.cache.connection import cache_redis, degrade_for, redis_usable
 
 __all__ = [
     "COUNTERS",
@@ -114,51 +115,10 @@ class NamespaceMetrics(TypedDict):
     byte_hit_ratio: float | None  # hit_bytes / (hit_bytes + miss_bytes)
 
 
-# --- the shared Redis connection ----------------------------------------------------
+# --- Redis errors -------------------------------------------------------------------
 
-
-class _Connection:
-    """One client per Redis URL in this process, with its degraded-until mark."""
-
-    def __init__(self, url: str) -> None:
-        # Short timeouts and a single quick retry: a cache that waits seconds for a
-        # sick server is worse than no cache. The retry covers an idle connection
-        # the server closed; more retries would only stretch an outage.
-        self.client: redis.Redis = redis.Redis.from_url(
-            url,
-            socket_connect_timeout=0.5,
-            socket_timeout=1.0,
-            retry=Retry(ExponentialBackoff(cap=0.05, base=0.005), 1),
-            health_check_interval=30,
-        )
-        self.degraded_until = 0.0
-
-
-_connections: dict[str, _Connection] = {}
-_connections_lock = threading.Lock()
 _errors_total = 0
 _last_warning_at = float("-inf")
-
-
-def _connection() -> _Connection:
-    # Keyed by URL, read when called (never at import): a settings override in a
-    # test or a lab gets its own client, and the default one is left untouched.
-    url: str = settings.REDIS_URL
-    found = _connections.get(url)
-    if found is None:
-        with _connections_lock:
-            found = _connections.setdefault(url, _Connection(url))
-    return found
-
-
-def cache_redis() -> redis.Redis:
-    """Return this process's Redis client for the cache (one per ``REDIS_URL``)."""
-    return _connection().client
-
-
-def redis_usable() -> bool:
-    """Return False while the read paths should bypass Redis after an error."""
-    return time.monotonic() >= _connection().degraded_until
 
 
 def redis_failed(error: Exception, *, namespace: str, during: str) -> None:
@@ -169,7 +129,7 @@ def redis_failed(error: Exception, *, namespace: str, during: str) -> None:
     """
     global _errors_total, _last_warning_at
     now = time.monotonic()
-    _connection().degraded_until = now + DEGRADED_S
+    degrade_for(DEGRADED_S)
     with _buffer_lock:
         _errors_total += 1
         warn = now - _last_warning_at >= WARNING_INTERVAL_S
