@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -43,14 +44,25 @@ def deliveries_claim(
     worker too. Taking one in every batch keeps retries from starving behind a
     steady stream of fresh work.
     """
-    now = now or timezone.now()
-    # Partitioned deliveries are taken a partition at a time (messaging.partitions).
-    due = Delivery.objects.filter(
-        _due(now), partition__isnull=True, subscription__in=lane_subscriptions(lane)
-    )
+    names = lane_subscriptions(lane)
+
+    def due_at(at: datetime.datetime) -> Any:
+        # Partitioned deliveries are taken a partition at a time (messaging.partitions).
+        return Delivery.objects.filter(
+            _due(at), partition__isnull=True, subscription__in=names
+        )
+
+    # Read inside the claim's transaction: on SQLite its start can wait seconds for
+    # the write lock, and a lease counted from before that wait would be shorter
+    # than promised (or over before the batch is even ours).
+    clock = timezone.now if now is None else lambda: now
     if connection.vendor == "postgresql":
-        return _claim_skip_locked(due, owner=owner, now=now, limit=limit)
-    return _claim_compare_and_set(due, owner=owner, now=now, limit=limit)
+        return _claim_skip_locked(due_at, owner=owner, clock=clock, limit=limit)
+    return _claim_compare_and_set(due_at, owner=owner, clock=clock, limit=limit)
+
+
+_Clock = Callable[[], datetime.datetime]
+_DueAt = Callable[[datetime.datetime], Any]
 
 
 def _lease(subscription_name: str) -> datetime.timedelta:
@@ -67,11 +79,14 @@ def _batch_order(due: Any) -> Any:
 
 
 def _claim_skip_locked(
-    due: Any, *, owner: str, now: datetime.datetime, limit: int
+    due_at: _DueAt, *, owner: str, clock: _Clock, limit: int
 ) -> list[Delivery]:
     with transaction.atomic():
-        locked = due.select_related("message").select_for_update(
-            skip_locked=True, of=("self",)
+        now = clock()
+        locked = (
+            due_at(now)
+            .select_related("message")
+            .select_for_update(skip_locked=True, of=("self",))
         )
         rows = list(_batch_order(locked.filter(attempts=0))[:limit])
         rows += list(_batch_order(locked.filter(attempts__gt=0))[:1])
@@ -84,7 +99,7 @@ def _claim_skip_locked(
 
 
 def _claim_compare_and_set(
-    due: Any, *, owner: str, now: datetime.datetime, limit: int
+    due_at: _DueAt, *, owner: str, clock: _Clock, limit: int
 ) -> list[Delivery]:
     """Claim with one conditional UPDATE per lease length, checked by its row count.
 
@@ -97,11 +112,15 @@ def _claim_compare_and_set(
     """
     try:
         with transaction.atomic():
+            now = clock()
+            due = due_at(now)
             candidates = _claim_candidates(due, limit)
             if not _claim_all(due, candidates, owner=owner, now=now):
                 raise _ClaimRaced
     except _ClaimRaced:
         with transaction.atomic():
+            now = clock()
+            due = due_at(now)
             candidates = [
                 c
                 for c in _claim_candidates(due, limit)
