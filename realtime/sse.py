@@ -96,15 +96,19 @@ def sse_event(*, data: Any, event: str | None = None, id: int | None = None) -> 
 
 
 async def _counted(stream: AsyncIterator[str]) -> AsyncIterator[str]:
-    """Wrap a stream: count it open while it runs, count its events."""
+    """Wrap a stream: count it open while it runs, count its events.
+
+    An event is counted before it is handed to the server, so a client that has
+    read it (and then reads the counters) never finds it missing; a count after
+    the yield could also be cancelled by the client's disconnect.
+    """
     STREAMS.open += 1
     STREAMS.started += 1
-    await counter_add(sse_connections=1)
     try:
         async for block in stream:
-            yield block
             if block.startswith("id: "):
                 await counter_add(sse_events=1)
+            yield block
     finally:
         STREAMS.open -= 1
 
@@ -112,10 +116,16 @@ async def _counted(stream: AsyncIterator[str]) -> AsyncIterator[str]:
 # --- job progress --------------------------------------------------------------
 
 
-def job_stream(
+async def job_stream(
     job_id: uuid.UUID, last_id: int | None, first: dict[str, Any]
 ) -> AsyncIterator[str]:
-    """Return the job's event stream; ``first`` is the state the view just read."""
+    """Count a connection; return the job's event stream.
+
+    ``first`` is the state the view just read. The connection is counted here, in
+    the view, before the response's headers go out: a client that closes right
+    after them has still been counted.
+    """
+    await counter_add(sse_connections=1)
     return _counted(_job_events(job_id, last_id, first))
 
 
@@ -187,9 +197,11 @@ def branch_start(branch_id: int, last_id: int | None) -> BranchStart | None:
     return BranchStart(head, True, "")
 
 
-def branch_stream(
+async def branch_stream(
     branch_id: int, last_id: int | None, start: BranchStart
 ) -> AsyncIterator[str]:
+    """Count a connection (as ``job_stream`` does); return the branch's stream."""
+    await counter_add(sse_connections=1)
     return _counted(_branch_events(branch_id, last_id, start))
 
 

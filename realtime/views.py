@@ -148,7 +148,7 @@ async def job_events(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBas
     if job["finished"] and last_id == job["version"]:
         # Nothing will ever follow; 204 stops EventSource from reconnecting.
         return _no_store(HttpResponse(status=204))
-    return _event_stream(job_stream(job_id, last_id, job))
+    return _event_stream(await job_stream(job_id, last_id, job))
 
 
 async def branch_events(request: HttpRequest, branch_id: int) -> HttpResponseBase:
@@ -161,7 +161,7 @@ async def branch_events(request: HttpRequest, branch_id: int) -> HttpResponseBas
     start = await db_call(branch_start, branch_id, last_id)
     if start is None:
         return _no_store(JsonResponse({"error": "no such branch"}, status=404))
-    return _event_stream(branch_stream(branch_id, last_id, start))
+    return _event_stream(await branch_stream(branch_id, last_id, start))
 
 
 async def realtime_metrics(request: HttpRequest) -> HttpResponseBase:
