@@ -119,15 +119,30 @@ def _run_mode(layer: str, instances: int, branch: int) -> list[Cell]:
             except TimeoutError:
                 pass
             ws.abort()
-        # The consumer counts a delivery just after writing the frame.
-        time.sleep(0.2)
-        after = counters_read([group])[group]
+        after = _deliveries_settled(group, before["deliveries"] + saw)
     return [
         layer,
         saw,
         after["broadcasts"] - before["broadcasts"],
         after["deliveries"] - before["deliveries"],
     ]
+
+
+def _deliveries_settled(group: str, expected: int) -> dict[str, int]:
+    """Return the group's counters once they show ``expected`` deliveries.
+
+    The consumer counts a delivery just after writing the frame, so a frame the
+    client holds may not be counted yet; a count that never arrives is reported as
+    it stands after WAIT_S.
+    """
+    from realtime.accounting import counters_read
+
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        counts = counters_read([group])[group]
+        if counts["deliveries"] >= expected or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.02)
 
 
 def live(params: Params, progress: Progress) -> Tables:

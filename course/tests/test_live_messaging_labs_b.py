@@ -86,10 +86,17 @@ def test_publish_subscribe_live_copies_isolation_filters_and_the_late_subscriber
     # 150 ms a copy, one at a time: a backlog from the first round on.
     assert int(slow[0][2].split("/")[1]) >= 1
     if connection.vendor == "postgresql":
-        # The isolation the lesson measures: lab_probe keeps up every round. On
-        # SQLite the slow handler's sleep holds the one write lock (see the lab).
-        assert all(row[1] == f"{4 * row[0]}/0" for row in slow)
-        assert all(row[3] is not None and row[5] == 0 for row in slow)
+        # The isolation the lesson measures: lab_probe keeps up, round after round,
+        # while lab_slow's backlog grows. On SQLite the slow handler's sleep holds the
+        # one write lock (see the lab). A round is 300 ms of wall time for relay,
+        # fork and four transactions, so one round on a loaded machine may end
+        # before them; the rest may not.
+        kept_up = [
+            row[1] == f"{4 * row[0]}/0" and row[3] is not None and row[5] == 0
+            for row in slow
+        ]
+        assert kept_up.count(False) <= 1, slow
+        assert int(slow[-1][2].split("/")[1]) > 0  # while lab_slow still lags
     published, fast_done, slow_done, drained_ms = rows(tables, "live_slow_drained")[0]
     assert (published, fast_done, slow_done) == (24, 24, 24)
     assert drained_ms > 0

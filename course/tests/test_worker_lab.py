@@ -66,8 +66,9 @@ def test_live_pool_and_supervision_on_real_workers(redis_client):
     params = lab.validate({"jobs": 8, "job_ms": 200, "workers": [1, 4]})
     tables = lab.run(params, live=True)["tables"]
     pool = {row[0]: row for row in tables["live_pool"]["rows"]}
-    # Slices are rounded down from measured time; a loaded machine may add one.
-    assert pool[1][2] in (8, 9)
-    assert pool[4][2] in (2, 3)
+    # Slices are rounded down from measured time, and each job also pays for rq's
+    # fork of a work horse: a loaded machine may add a slice or two.
+    assert pool[1][2] in (8, 9, 10)
+    assert pool[4][2] in (2, 3, 4)
     assert pool[4][4] == 4  # every worker process took jobs (pull-based)
     assert tables["live_supervision"]["rows"] == [["1, 2, 4, 5", "3", 2, 2]]

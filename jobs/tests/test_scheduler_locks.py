@@ -51,10 +51,12 @@ def test_a_lease_expires_so_a_crashed_holder_blocks_for_one_lease_at_most(
 
 
 def test_renewal_keeps_a_long_run_holding_past_its_lease(redis_client):
-    with lease(redis_client, "t", lease_ms=300) as held:
+    # Renewed every third of a lease: a renewal thread starved for two thirds of
+    # one (a loaded machine) would lose it, so the lease is not made too short.
+    with lease(redis_client, "t", lease_ms=1000) as held:
         assert held is not None
-        time.sleep(1.0)  # more than three leases
-        assert not LeaseLock(redis_client, "t", lease_ms=300).acquire()
+        time.sleep(3.5)  # more than three leases
+        assert not LeaseLock(redis_client, "t", lease_ms=1000).acquire()
         assert not held.lost.is_set()
     assert redis_client.get("lease:t") is None  # released at the end of the block
 

@@ -105,10 +105,14 @@ async def test_a_loan_through_the_outbox_counts_one_broadcast_per_branch(branch)
     await sync_to_async(messaging_drain)(owner="test")
     update = await ws.receive_json_from(timeout=5)
     assert (update["type"], update["on_shelf"]) == ("update", 4)
-    await asyncio.sleep(0.1)
-    assert await sync_to_async(counters_read)([GROUP]) == {
-        GROUP: {"broadcasts": 1, "deliveries": 1}
-    }
+    # The consumer counts the delivery just after writing the frame.
+    deadline = time.monotonic() + 5
+    while True:
+        counts = await sync_to_async(counters_read)([GROUP])
+        if counts[GROUP]["deliveries"] or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.02)
+    assert counts == {GROUP: {"broadcasts": 1, "deliveries": 1}}
     await ws.disconnect()
 
 

@@ -328,8 +328,10 @@ async def test_heartbeat_comes_at_a_random_interval_and_disconnect_stops_it(job)
         now = time.monotonic()
         gaps.append(now - last)
         last = now
-    # 1.0-1.2 times the interval, plus a little scheduling.
-    assert all(0.18 <= gap < 0.6 for gap in gaps), gaps
+    # 1.0-1.2 times the interval, plus a little scheduling. One heartbeat read late
+    # shortens the next gap by as much, so the lower bound is on the sum.
+    assert all(0.1 <= gap < 0.6 for gap in gaps), gaps
+    assert sum(gaps) >= 3 * 0.19, gaps
     await app.send_input({"type": "http.disconnect"})
     deadline = time.monotonic() + 5
     while STREAMS.open and time.monotonic() < deadline:

@@ -35,9 +35,11 @@ from course.labs.live import PRIVATE_QUEUE_PREFIX
 from library.services import loan_issue
 from messaging.registry import MessageType, subscriptions_for
 
-# The in-memory thread waits this long before each side job: the response is out
-# long before any of them would have run.
-SIDE_JOB_DELAY_S = 1.0
+# The in-memory thread waits this long before each side job: the responses are out
+# and the process is killed long before any of them would have run, even when the
+# later loans wait for the database's write lock. (The lab waits this long once more
+# to show that none of them ever runs.)
+SIDE_JOB_DELAY_S = 3.0
 
 
 class Command(BaseCommand):
