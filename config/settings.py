@@ -150,6 +150,10 @@ MESSAGING_RETENTION_MESSAGES = env_int(
     "MESSAGING_RETENTION_MESSAGES", 1_000_000, minimum=1
 )
 
+# How long a branch's shelf counts are fresh: the server's stale-while-revalidate
+# window and the max-age of the pages that show them (library.cache).
+CACHE_STOCK_FRESH_S = env_int("LIBRARY_CACHE_STOCK_FRESH_S", 5, minimum=1)
+
 # Admission control of HTTP requests, per daphne process (config.admission): running
 # and queued bounds, places only the critical class may use, the queue budget of a
 # normal request (critical 2x, low 0.5x) and the Retry-After of a 503.

@@ -21,6 +21,7 @@ import functools
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
@@ -94,6 +95,10 @@ def _for_user(request: HttpRequest, cache_control: str) -> str:
     return cache_control
 
 
+def _stock() -> str:
+    return http.stock_directives(settings.CACHE_STOCK_FRESH_S)
+
+
 @require_GET
 def branch_detail(request: HttpRequest, branch_id: int) -> HttpResponse:
     detail = reads.branch_page(branch_id=branch_id)
@@ -101,7 +106,7 @@ def branch_detail(request: HttpRequest, branch_id: int) -> HttpResponse:
         raise Http404("No such branch.")
     response = render(request, "library/branch_detail.html", {"detail": detail})
     return http.conditional(
-        request, response, cache_control=_for_user(request, http.STOCK)
+        request, response, cache_control=_for_user(request, _stock())
     )
 
 
@@ -123,7 +128,7 @@ def branch_books(request: HttpRequest, branch_id: int) -> HttpResponse:
     )
     # The catalogue shows shelf counts: it is stock, and ages like stock.
     return http.conditional(
-        request, response, cache_control=_for_user(request, http.STOCK)
+        request, response, cache_control=_for_user(request, _stock())
     )
 
 
@@ -134,7 +139,7 @@ def branch_stock(request: HttpRequest, branch_id: int) -> HttpResponse:
     if stock is None:
         return JsonResponse({"error": "no such branch"}, status=404)
     response = JsonResponse(stock, json_dumps_params={"separators": (",", ":")})
-    return http.conditional(request, response, cache_control=http.STOCK)
+    return http.conditional(request, response, cache_control=_stock())
 
 
 @require_GET

@@ -9,7 +9,8 @@ The directives per resource kind are the HTTP Caching lesson's:
 
 - a book: rarely changes, the same for everyone -> ``public, max-age=60``;
 - a branch's stock: changes often, seconds of staleness are fine ->
-  ``public, max-age=5, stale-while-revalidate=30``;
+  ``public, max-age=5, stale-while-revalidate=30`` (``stock_directives``: the
+  max-age is the server's fresh window, ``LIBRARY_CACHE_STOCK_FRESH_S``);
 - a member's own history -> ``private, max-age=30`` (never in a shared cache);
 - forms and approvals -> ``no-store`` (Django's ``never_cache``).
 """
@@ -26,11 +27,12 @@ from typing import Final
 from django.http import HttpRequest, HttpResponse, HttpResponseNotModified
 from django.utils.http import parse_http_date_safe
 
+from library.cache.reads.specs import STOCK_STALE_S
+
 __all__ = [
     "BOOK",
     "ETAG_HEX_DIGITS",
     "HISTORY",
-    "STOCK",
     "body_etag",
     "conditional",
     "etag_for",
@@ -38,6 +40,7 @@ __all__ = [
     "is_not_modified",
     "parse_entity_tags",
     "private_variant",
+    "stock_directives",
     "weak_match",
 ]
 
@@ -52,7 +55,16 @@ _ENTITY_TAG = re.compile(r'(?:W/)?"[\x21\x23-\x7e\x80-\xff]*"')
 _CSRF_INPUT = re.compile(rb'(name="csrfmiddlewaretoken" value=")[^"]*(")')
 
 BOOK: Final = "public, max-age=60"
-STOCK: Final = "public, max-age=5, stale-while-revalidate=30"
+
+
+def stock_directives(fresh_s: int) -> str:
+    """Return the directives of a branch's stock, fresh for ``fresh_s`` seconds.
+
+    Stale-while-revalidate is the server's own stale window (``STOCK_STALE_S``).
+    """
+    return f"public, max-age={fresh_s}, stale-while-revalidate={STOCK_STALE_S:g}"
+
+
 HISTORY: Final = "private, max-age=30"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.http import HttpResponse, HttpResponseBase
 from django.test import Client, RequestFactory
@@ -133,6 +135,14 @@ def test_branch_pages_are_stock_with_a_tag(
     assert (again.status_code, again.content) == (304, b"")
 
 
+def test_stock_max_age_follows_the_configured_fresh_window(
+    client: Client, book: Book, settings: Any
+) -> None:
+    settings.CACHE_STOCK_FRESH_S = 12
+    response = client.get(reverse("branch-stock", args=[book.branch_id]))
+    assert response["Cache-Control"] == "public, max-age=12, stale-while-revalidate=30"
+
+
 def test_member_history_is_private_and_answers_304(
     member_client: Client, member: Member
 ) -> None:
@@ -153,7 +163,7 @@ def test_loan_forms_are_never_stored(staff_client: Client, book: Book) -> None:
 
 def test_private_variant_only_swaps_public() -> None:
     assert http.private_variant(http.BOOK) == "private, max-age=60"
-    assert http.private_variant(http.STOCK) == (
+    assert http.private_variant(http.stock_directives(5)) == (
         "private, max-age=5, stale-while-revalidate=30"
     )
     assert http.private_variant(http.HISTORY) == http.HISTORY

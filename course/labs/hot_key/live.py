@@ -92,6 +92,8 @@ def live(params: Params, progress: Progress) -> Tables:
     """
     import time
 
+    from django.conf import settings
+
     from course.labs.base import LabError
     from course.labs.live import live_step
     from course.labs.live_http import (
@@ -106,7 +108,6 @@ def live(params: Params, progress: Progress) -> Tables:
         request_headers,
         server_cold,
     )
-    from library.cache.reads import STOCK_FRESH_S
     from library.models import Book
 
     requests = int_param(params, "requests")
@@ -166,7 +167,7 @@ def live(params: Params, progress: Progress) -> Tables:
             primed = client.get(branch_path)
         if primed.status_code != 200:
             raise LabError(f"live: GET {branch_path} answered {primed.status_code}")
-        ready = time.monotonic() + STOCK_FRESH_S + SWR_MARGIN_S
+        ready = time.monotonic() + settings.CACHE_STOCK_FRESH_S + SWR_MARGIN_S
         before = settled(cached)  # also sends the priming's own counts first
         time.sleep(max(0.0, ready - time.monotonic()))
         live_step(progress, 0.8, f"stale-while-revalidate: {requests} GET, stale")

@@ -61,7 +61,6 @@ from library.cache.reads.specs import HISTORY_JITTER_S as HISTORY_JITTER_S
 from library.cache.reads.specs import HISTORY_LIFETIME_S as HISTORY_LIFETIME_S
 from library.cache.reads.specs import LIST_JITTER_S as LIST_JITTER_S
 from library.cache.reads.specs import LIST_LIFETIME_S as LIST_LIFETIME_S
-from library.cache.reads.specs import STOCK_FRESH_S as STOCK_FRESH_S
 from library.cache.reads.specs import STOCK_STALE_S as STOCK_STALE_S
 
 __all__ = [

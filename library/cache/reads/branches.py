@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from library import selectors
 
 # Tenants are looked up through the package (``reads.branch_tenant``), as
 # ``library.cache.pages`` does, so a test that replaces them there reaches this code.
 from library.cache import reads
 from library.cache.reads.rows import _Absent
-from library.cache.reads.specs import STOCK, STOCK_FRESH_S, STOCK_STALE_S
+from library.cache.reads.specs import STOCK, STOCK_STALE_S
 from library.cache.store import stale_while_revalidate
 from library.models import Book, Branch
 
@@ -60,7 +62,7 @@ def branch_page(*, branch_id: int) -> BranchPage | None:
             key=_branch_key(branch_id),
             namespace=STOCK.namespace,
             produce=lambda: _branch_origin(branch_id),
-            fresh_s=STOCK_FRESH_S,
+            fresh_s=settings.CACHE_STOCK_FRESH_S,
             stale_s=STOCK_STALE_S,
         )
     except _Absent:

@@ -19,7 +19,8 @@ HISTORY: Final = KeySpec(namespace="history", operation="loans")
 BOOK_LIFETIME_S: Final = 60 * 60
 BOOK_JITTER_S: Final = 10 * 60
 BOOK_LOCAL_S: Final = 2.0
-STOCK_FRESH_S: Final = 5.0
+# A branch's shelf counts are fresh for settings.CACHE_STOCK_FRESH_S (5 s unless
+# configured), then served stale for this long while one request refreshes them.
 STOCK_STALE_S: Final = 30.0
 # The generation retires list pages at once; the lifetime only bounds how long a
 # change that published no event (an admin edit of a title) stays invisible.
