@@ -81,9 +81,14 @@ def test_lease_reports_holder_and_expiry(redis_client):
 
 
 def run_probes(
-    redis_client, run: str, labels: str, *, locked: bool, hold_ms: int = 300
+    redis_client, run: str, labels: str, *, locked: bool, hold_ms: int = 1500
 ) -> list[str]:
-    """Start one probe process per label, release them together, return the trace."""
+    """Start one probe process per label, release them together, return the trace.
+
+    The holder keeps the lease ``hold_ms``: long enough that a probe descheduled
+    between the release and its attempt (two cores, three processes) still finds it
+    held, as a late scheduler on another machine would inside a longer report.
+    """
     keys = probe_keys(run)
     extra = () if locked else ("--unlocked",)
     processes = [
