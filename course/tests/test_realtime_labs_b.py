@@ -191,9 +191,11 @@ def test_streaming_live_part_first_byte_and_cut(branch):
     tables = run("streaming-responses", live=True)
     (full, streaming) = rows(tables, "live_timing")
     assert full[0] == "full"
-    assert full[1] in (10, 11)  # a loaded machine may add a slice
+    # Tenths of a second: ten 100 ms lines, and a loaded machine may add a slice
+    # or two. The first byte of the stream comes after one line, not ten.
+    assert full[1] in (10, 11, 12)
     assert streaming[:2] == ["streaming", 1]
-    assert streaming[2] in (10, 11)
+    assert streaming[2] in (10, 11, 12)
     assert rows(tables, "live_framing") == [
         ["full", "content-length: 220"],  # the lesson's 200 bytes and our marker
         ["streaming", "Transfer-Encoding: chunked"],
