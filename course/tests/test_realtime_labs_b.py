@@ -194,7 +194,8 @@ def test_streaming_live_part_first_byte_and_cut(branch):
     # Tenths of a second: ten 100 ms lines, and a loaded machine may add a slice
     # or two. The first byte of the stream comes after one line, not ten.
     assert full[1] in (10, 11, 12)
-    assert streaming[:2] == ["streaming", 1]
+    assert streaming[0] == "streaming"
+    assert streaming[1] in (1, 2)
     assert streaming[2] in (10, 11, 12)
     assert rows(tables, "live_framing") == [
         ["full", "content-length: 220"],  # the lesson's 200 bytes and our marker
