@@ -11,6 +11,7 @@ import django_rq
 from django.db import close_old_connections, connection
 from redis.exceptions import RedisError
 
+from jobs.locks import LeaseLock, lock_key
 from messaging.registry import PARALLEL_LANES, lanes
 from messaging.services import messaging_drain, work_remaining
 from messaging.streams import log_trim
@@ -21,9 +22,16 @@ QUEUE = "messaging"
 # arriving meanwhile is covered by that queued job, so a burst of commits queues one
 # drain, and a commit after a drain started always queues the next one.
 QUEUED_KEY = "messaging:drain-queued"
-# Held while a drain of a one-at-a-time lane runs (see registry.PARALLEL_LANES).
-RUNNING_KEY = "messaging:drain-running"
+# A lease (jobs.locks) held while a drain of a one-at-a-time lane runs (see
+# registry.PARALLEL_LANES). Owner-checked: a drain that ends never frees the lease
+# of the next drain, which may have started while it was still queueing nudges.
+RUNNING_LEASE = "messaging-drain"
 BUDGET_SECONDS = 10.0
+
+
+def running_key(lane: str) -> str:
+    """Return the Redis key of the lease of a one-at-a-time ``lane``."""
+    return lock_key(f"{RUNNING_LEASE}:{lane}")
 
 
 def _queued_key(lane: str) -> str:
@@ -48,11 +56,13 @@ def drain(lane: str = "main") -> dict[str, int]:
     redis = django_rq.get_connection(QUEUE)
     redis.delete(_queued_key(lane))
     parallel = lane in PARALLEL_LANES
-    running_key = f"{RUNNING_KEY}:{lane}"
-    if not parallel and not redis.set(
-        running_key, "1", nx=True, ex=int(BUDGET_SECONDS * 3)
-    ):
-        return {}  # its running drain re-nudges when it ends
+    held: LeaseLock | None = None
+    if not parallel:
+        held = LeaseLock(
+            redis, f"{RUNNING_LEASE}:{lane}", lease_ms=int(BUDGET_SECONDS * 3000)
+        )
+        if not held.acquire():
+            return {}  # its running drain re-nudges when it ends
     # Queue the next drain now rather than at the end, so an idle worker can join in:
     # a backlog drains on every worker at once, not on one at a time.
     if parallel and work_remaining(lane=lane):
@@ -64,15 +74,15 @@ def drain(lane: str = "main") -> dict[str, int]:
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     try:
         report = messaging_drain(owner=owner, lane=lane, budget_seconds=BUDGET_SECONDS)
-        if not parallel:
-            redis.delete(running_key)
+        if held is not None:
+            held.release()  # before the nudges: the lane's next drain may start
         # The relay of this drain may have copied messages to other lanes.
         for name in lanes():
             if work_remaining(lane=name):
                 nudge_drain(name)
     finally:
-        if not parallel:
-            redis.delete(running_key)
+        if held is not None:
+            held.release()  # a no-op once released, and never another drain's lease
         if not connection.in_atomic_block:
             close_old_connections()
     return vars(report)

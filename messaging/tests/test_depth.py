@@ -385,12 +385,34 @@ def test_a_one_at_a_time_lane_refuses_a_second_drain(library_rows, redis_client)
     subscription_start("lab_slow")
     probe(1, slow_ms=0)
     relay_pending()
-    redis_client.set(f"{tasks.RUNNING_KEY}:slow", "1")  # a drain of the lane runs
+    redis_client.set(tasks.running_key("slow"), "other")  # a drain of the lane runs
     assert tasks.drain(lane="slow") == {}
     assert Delivery.objects.get(subscription="lab_slow").status == "pending"
-    redis_client.delete(f"{tasks.RUNNING_KEY}:slow")
+    redis_client.delete(tasks.running_key("slow"))
     assert tasks.drain(lane="slow")["done"] == 1
-    assert not redis_client.exists(f"{tasks.RUNNING_KEY}:slow")
+    assert not redis_client.exists(tasks.running_key("slow"))
+
+
+def test_a_drain_that_ends_never_frees_the_next_drains_lease(
+    library_rows, redis_client, monkeypatch
+):
+    """The lease is owner-checked: a successor that took over keeps it."""
+    from messaging import tasks
+
+    subscription_start("lab_slow")
+    probe(1, slow_ms=0)
+    relay_pending()
+    real_drain = messaging_drain
+
+    def drain_then_lose_the_lease(**kwargs):
+        report = real_drain(**kwargs)
+        # Say this drain's lease ran out while it worked, and the next one took it.
+        redis_client.set(tasks.running_key("slow"), "the next drain")
+        return report
+
+    monkeypatch.setattr("messaging.tasks.messaging_drain", drain_then_lose_the_lease)
+    assert tasks.drain(lane="slow")["done"] == 1
+    assert redis_client.get(tasks.running_key("slow")) == b"the next drain"
 
 
 @pytest.mark.django_db(transaction=True)
