@@ -225,6 +225,7 @@ class BoundedQueue:
         target = function if isinstance(function, str) else _dotted(function)
         started = time.monotonic()
         first = True
+        waited = False
         while True:
             admitted, victim, depth = self._ask(job_id, count_attempt=first)
             first = False
@@ -239,7 +240,10 @@ class BoundedQueue:
                     held = 0.0
                 return Admission("dropped", job_id, held, job_id, depth)
             time.sleep(BLOCK_POLL_S)
-        held = (time.monotonic() - started) * 1000 if self.policy == "block" else 0.0
+            waited = True
+        # Held is the wait for a place, up to admission: the push to rq below is not
+        # part of it (a slow push must not make an admission at once look held).
+        held = (time.monotonic() - started) * 1000 if waited else 0.0
         try:
             self.queue.enqueue(
                 run_admitted,
@@ -256,7 +260,7 @@ class BoundedQueue:
         if victim:
             _cancel(victim, self.redis)
             return Admission("displaced", job_id, 0.0, victim, depth)
-        if held >= BLOCK_POLL_S * 1000:
+        if waited:
             pipe = self.redis.pipeline()
             pipe.hincrby(self._keys[1], "held", 1)
             pipe.hincrby(self._keys[1], "producer_wait_ms", round(held))
