@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from library.models import Book, Branch, Member
 from messaging.models import Delivery
+from messaging.policies import Backoff
 
 
 @pytest.fixture
@@ -24,6 +25,25 @@ def library_rows(db):
             registered_at=datetime.date(2024, 1, 1),
         )
     return central
+
+
+# A retry wait no drain outlasts: a test that checks a failed delivery waits for its
+# retry cannot let full jitter draw a wait of a few milliseconds, which the same
+# drain, still busy with other copies on a loaded machine, would outlast.
+LONG_BACKOFF = Backoff(base_ms=60_000, cap_ms=60_000)
+
+
+class _Midpoint:
+    """A random source that always draws the middle of the range."""
+
+    def random(self) -> float:
+        return 0.5
+
+
+@pytest.fixture
+def steady_jitter(monkeypatch):
+    """Full jitter draws half the delay: with LONG_BACKOFF, a 30 s wait."""
+    monkeypatch.setattr("messaging.services.process._random", _Midpoint())
 
 
 def make_due(*deliveries: Delivery) -> None:

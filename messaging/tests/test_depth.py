@@ -25,7 +25,6 @@ from messaging.models import (
     StreamConsumer,
     SubscriptionState,
 )
-from messaging.policies import Backoff
 from messaging.registry import SUBSCRIPTIONS, MessageType
 from messaging.services import (
     messaging_drain,
@@ -42,7 +41,7 @@ from messaging.streams import (
     stream_rewind,
     streams_behind,
 )
-from messaging.tests.conftest import make_due
+from messaging.tests.conftest import LONG_BACKOFF, make_due
 
 pytestmark = pytest.mark.django_db
 PROJECTION = "stock_projection"
@@ -53,13 +52,6 @@ def no_commit_grace(request, monkeypatch):
     """Read messages at once (PostgreSQL's grace is tested on its own below)."""
     if "grace" not in request.node.name:
         monkeypatch.setattr(streams, "STREAM_GRACE", datetime.timedelta(0))
-
-
-class _Midpoint:
-    """A random source that always draws the middle of the range."""
-
-    def random(self) -> float:
-        return 0.5
 
 
 def probe(seq: int, **extra: object) -> OutboxMessage:
@@ -157,17 +149,10 @@ def test_a_partition_is_worked_by_one_lease_holder_at_a_time(library_rows):
 
 
 def test_a_malformed_head_blocks_its_partition_until_it_is_dead_lettered(
-    library_rows, monkeypatch
+    library_rows, monkeypatch, steady_jitter
 ):
-    # Full jitter may draw a wait of a few milliseconds, which a drain still busy
-    # with the other subscriptions' copies would outlast, retrying the head at once.
-    # A long, fixed wait makes "waits for its retry" hold on any machine.
-    ledger = SUBSCRIPTIONS["book_ledger"]
-    long_wait = Backoff(base_ms=60_000, cap_ms=60_000)
-    monkeypatch.setitem(
-        SUBSCRIPTIONS, "book_ledger", replace(ledger, backoff=long_wait)
-    )
-    monkeypatch.setattr("messaging.services.process._random", _Midpoint())
+    ledger = replace(SUBSCRIPTIONS["book_ledger"], backoff=LONG_BACKOFF)
+    monkeypatch.setitem(SUBSCRIPTIONS, "book_ledger", ledger)
     with transaction.atomic():  # book 1's partition, but no version: cannot apply
         outbox_publish(
             type=MessageType.STOCK_CORRECTED,

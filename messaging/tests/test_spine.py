@@ -20,7 +20,7 @@ from messaging.services import (
     outbox_publish,
     relay_pending,
 )
-from messaging.tests.conftest import make_due
+from messaging.tests.conftest import LONG_BACKOFF, make_due
 
 LEASE = datetime.timedelta(seconds=30)
 
@@ -160,7 +160,7 @@ def broken_handler(message):
 
 
 @pytest.fixture
-def broken_notifications(monkeypatch):
+def broken_notifications(monkeypatch, steady_jitter):
     sub = registry.SUBSCRIPTIONS["notification"]
     monkeypatch.setitem(
         registry.SUBSCRIPTIONS,
@@ -169,6 +169,7 @@ def broken_notifications(monkeypatch):
             name=sub.name,
             accepts=sub.accepts,
             max_attempts=3,
+            backoff=LONG_BACKOFF,
             handler="messaging.tests.test_spine.broken_handler",
         ),
     )
