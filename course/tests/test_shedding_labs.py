@@ -205,7 +205,8 @@ def test_backpressure_live_bounds_the_queue_per_policy(redis_client):
     assert int(found["head-drop"]["dropped"]) > 0
     assert int(found["block"]["producer_wait_ms"]) > 0
     assert int(found["block"]["produced"]) < int(found["tail-drop"]["produced"])
-    # Head drop keeps younger jobs than tail drop.
-    assert int(found["head-drop"]["longest_wait_ms"]) < int(
-        found["tail-drop"]["longest_wait_ms"]
+    # Head drop keeps younger jobs than tail drop: on average, their wait is shorter
+    # (the longest wait is one job's, which a slow fork on a loaded machine moves).
+    assert float(found["head-drop"]["average_wait_ms"]) < float(
+        found["tail-drop"]["average_wait_ms"]
     )
