@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django import forms
@@ -26,8 +27,15 @@ class LabForm(forms.Form):
         "processes and writes rows."
     )
 
+    PREDICTION_FIELD = "prediction"
+
     def __init__(
-        self, lab: Lab, *args: Any, allow_live: bool = False, **kwargs: Any
+        self,
+        lab: Lab,
+        *args: Any,
+        allow_live: bool = False,
+        predict_prompt: str = "",
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.lab = lab
@@ -35,6 +43,19 @@ class LabForm(forms.Form):
         self.allow_live = allow_live
         self.live = False
         self.live_refused = False
+        self.prediction: float | None = None
+        if predict_prompt:
+            # Optional: a run without a guess is still a run.
+            self.fields[self.PREDICTION_FIELD] = forms.CharField(
+                label="Your prediction",
+                help_text=predict_prompt,
+                required=False,
+                max_length=40,
+                strip=True,
+                widget=forms.TextInput(
+                    attrs={"inputmode": "decimal", "autocomplete": "off"}
+                ),
+            )
         for param in lab.params:
             attrs = {"autocomplete": "off", "spellcheck": "false"}
             if param.kind in ("int", "float"):
@@ -73,6 +94,12 @@ class LabForm(forms.Form):
         return [self[param.name] for param in self.lab.params]
 
     @property
+    def prediction_field(self) -> forms.BoundField | None:
+        if self.PREDICTION_FIELD not in self.fields:
+            return None
+        return self[self.PREDICTION_FIELD]
+
+    @property
     def live_field(self) -> forms.BoundField | None:
         return self[self.LIVE_FIELD] if self.LIVE_FIELD in self.fields else None
 
@@ -87,6 +114,16 @@ class LabForm(forms.Form):
                 values[param.name] = param.parse(text)
             except ParamError as error:
                 self.add_error(param.name, str(error))
+        guess = cleaned.get(self.PREDICTION_FIELD)
+        if guess:
+            try:
+                number = float(str(guess).replace(",", "").rstrip("%").strip())
+            except ValueError:
+                number = math.nan
+            if math.isfinite(number) and abs(number) < 1e15:
+                self.prediction = number
+            else:
+                self.add_error(self.PREDICTION_FIELD, "Give a number, like 12 or 8.5.")
         if cleaned.get(self.LIVE_FIELD):
             if self.allow_live:
                 self.live = True

@@ -249,6 +249,31 @@ _BY_SLUG = {lesson.slug: lesson for lesson in LESSONS}
 assert len(_BY_SLUG) == len(LESSONS) == 25, "the course has 25 distinct lessons"
 
 
+# What a learner can do after each area, in our own words (the course index shows it).
+AREA_OUTCOMES: dict[Area, str] = {
+    Area.CACHING: (
+        "Put the right cache in front of a slow read, choose its keys, lifetimes and "
+        "invalidation so nobody is served another tenant's data or a stale answer "
+        "for long, survive a hot key expiring, and prove the gain with hit ratios."
+    ),
+    Area.MESSAGING: (
+        "Take work out of the request path durably with an outbox, choose between a "
+        "queue, a topic and a stream, keep per-key order, and make retries, "
+        "duplicates and poison messages harmless."
+    ),
+    Area.BACKGROUND_JOBS: (
+        "Run work on a supervised worker pool, schedule it without overlaps, split "
+        "long jobs into resumable chunks, and keep a system responsive under more "
+        "load than it can serve."
+    ),
+    Area.REAL_TIME: (
+        "Push changes to open pages with polling, server-sent events or WebSockets, "
+        "resume after a dropped connection without losing an event, and broadcast "
+        "across several server instances."
+    ),
+}
+
+
 def lesson_get(slug: str) -> Lesson | None:
     """Return the lesson with ``slug`` or None."""
     return _BY_SLUG.get(slug)

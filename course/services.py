@@ -9,9 +9,12 @@ from collections.abc import Callable
 import django_rq
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
 
 from course.labs.base import Lab, LabError, NoLivePart, Params, Progress
 from course.labs.registry import lab_get
+from course.models import LessonProgress
 from course.selectors import LAB_JOB_KIND, lab_job_get
 from jobs.backpressure import Admission, BoundedQueue
 from jobs.models import JobStatus
@@ -45,6 +48,8 @@ _LIVE_MODEL_SPAN = 20.0
 # Reserved key of JobStatus.params: the run includes the live part. Not a parameter
 # name (those are identifiers), so it cannot collide; stripped before validation.
 LIVE_KEY = "_live"
+# Reserved key: the learner's prediction of the lesson's figure, kept with the run.
+PREDICTION_KEY = "_prediction"
 
 
 def lab_run_enqueue(
@@ -53,6 +58,7 @@ def lab_run_enqueue(
     params: Params,
     user: AbstractBaseUser | AnonymousUser | None = None,
     live: bool = False,
+    prediction: float | None = None,
 ) -> JobStatus:
     """Record a queued lab run and enqueue it on the bounded ``labs`` queue.
 
@@ -72,6 +78,8 @@ def lab_run_enqueue(
     stored: dict[str, object] = dict(checked)
     if live:
         stored[LIVE_KEY] = True
+    if prediction is not None:
+        stored[PREDICTION_KEY] = prediction
     admissions: list[Admission] = []
 
     def send() -> None:
@@ -139,6 +147,7 @@ def lab_run_execute(*, job_id: uuid.UUID) -> None:
 
     stored = dict(job.params) if isinstance(job.params, dict) else {}
     live = stored.pop(LIVE_KEY, False) is True
+    stored.pop(PREDICTION_KEY, None)
     report = _progress_reporter(job_id, live=live)
 
     try:
@@ -187,3 +196,42 @@ def _progress_reporter(job_id: uuid.UUID, *, live: bool) -> Progress:
         jobstatus_progress(job_id=job_id, progress=percent, message=label)
 
     return report
+
+
+# --- a learner's progress ------------------------------------------------------------
+
+
+def _progress_row(*, user_id: int, slug: str) -> LessonProgress:
+    """Return the learner's row for ``slug``, locked; call inside ``atomic()``."""
+    LessonProgress.objects.get_or_create(user_id=user_id, slug=slug)
+    return LessonProgress.objects.select_for_update().get(user_id=user_id, slug=slug)
+
+
+def progress_mark_read(*, user_id: int, slug: str) -> LessonProgress:
+    """Record that the learner has read the lesson (the first time counts)."""
+    with transaction.atomic():
+        row = _progress_row(user_id=user_id, slug=slug)
+        if row.read_at is None:
+            row.read_at = timezone.now()
+            row.save(update_fields=["read_at", "updated_at"])
+    return row
+
+
+def progress_answer(*, user_id: int, slug: str, question: int) -> LessonProgress:
+    """Record that the learner opened the answer to ``question`` (0-based, once)."""
+    with transaction.atomic():
+        row = _progress_row(user_id=user_id, slug=slug)
+        answered = [n for n in row.answered if isinstance(n, int)]
+        if question not in answered:
+            row.answered = sorted([*answered, question])
+            row.save(update_fields=["answered", "updated_at"])
+    return row
+
+
+def progress_lab_run(*, user_id: int, slug: str) -> None:
+    """Count one lab run the learner started for the lesson."""
+    with transaction.atomic():
+        _progress_row(user_id=user_id, slug=slug)
+        LessonProgress.objects.filter(user_id=user_id, slug=slug).update(
+            lab_runs=F("lab_runs") + 1, updated_at=timezone.now()
+        )

@@ -4,6 +4,14 @@ from course import views
 
 urlpatterns: list[URLPattern] = [
     path("", views.course_index, name="course-index"),
+    # Before the lesson routes: "source" is not a lesson slug.
+    path("source/<path:path>", views.course_source, name="course-source"),
     path("<slug:slug>/", views.course_lesson, name="course-lesson"),
     path("<slug:slug>/run", views.course_lab_run, name="course-lab-run"),
+    path("<slug:slug>/progress", views.course_progress, name="course-progress"),
+    path(
+        "<slug:slug>/runs/<uuid:job_id>/explained",
+        views.course_run_explained,
+        name="course-run-explained",
+    ),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseRedirectBase
@@ -14,8 +15,24 @@ from course.forms import LabForm
 from course.labs.base import Lab
 from course.labs.registry import lab_find
 from course.lessons import Lesson, lesson_get
-from course.selectors import course_outline, lab_job_get
-from course.services import LIVE_KEY, LabQueueFull, lab_run_enqueue
+from course.pages import (
+    code_links,
+    course_areas,
+    lesson_neighbours,
+    run_explain,
+    see_links,
+)
+from course.selectors import lab_job_get, progress_by_slug, progress_get
+from course.services import (
+    LIVE_KEY,
+    LabQueueFull,
+    lab_run_enqueue,
+    progress_answer,
+    progress_lab_run,
+    progress_mark_read,
+)
+from course.sourcecode import source_render
+from course.textbook import LessonText, lesson_text
 from jobs.selectors import jobstatus_payload
 
 
@@ -36,13 +53,25 @@ def _lesson_or_404(slug: str) -> Lesson:
 
 @require_GET
 def course_index(request: HttpRequest) -> HttpResponse:
-    outline = course_outline()
-    built = sum(1 for _, lessons in outline for _, has_lab in lessons if has_lab)
+    progress = progress_by_slug(user_id=_user_id(request))
+    areas = course_areas(progress)
+    lessons = [entry for area in areas for entry in area.lessons]
     return render(
         request,
         "course/index.html",
-        {"outline": outline, "built": built, "total": 25},
+        {
+            "areas": areas,
+            "signed_in": request.user.is_authenticated,
+            "total": len(lessons),
+            "minutes": sum(entry.minutes for entry in lessons),
+            "done": sum(1 for entry in lessons if entry.progress.read),
+        },
     )
+
+
+def _user_id(request: HttpRequest) -> int | None:
+    user = request.user
+    return int(user.pk) if user.is_authenticated else None
 
 
 def _render_lesson(
@@ -53,8 +82,10 @@ def _render_lesson(
     *,
     status: int = 200,
 ) -> HttpResponse:
+    text = lesson_text(lesson.slug)
     job_payload = None
     job_missing = False
+    explained = None
     raw_job = request.GET.get("job")
     if lab is not None and raw_job:
         try:
@@ -63,12 +94,9 @@ def _render_lesson(
             job = None
         if job is not None and job.name == lab.slug:
             job_payload = jobstatus_payload(job)
+            explained = run_explain(lab=lab, text=text, job=job)
             if form is None or not form.is_bound:
-                form = LabForm(
-                    lab,
-                    initial=_initial(lab, job.params),
-                    allow_live=_may_run_live(request),
-                )
+                form = _lab_form(request, lab, text, initial=_initial(lab, job.params))
         else:
             job_missing = True
     lab_config = None
@@ -77,20 +105,49 @@ def _render_lesson(
             "slug": lab.slug,
             "runUrl": reverse("course-lab-run", args=[lab.slug]),
             "statusUrl": reverse("jobstatus-status", args=[uuid.UUID(int=0)]),
+            "explainUrl": reverse(
+                "course-run-explained", args=[lab.slug, uuid.UUID(int=0)]
+            ),
             "charts": [chart.as_json() for chart in lab.charts],
             "job": job_payload,
         }
-    return render(
+    user_id = _user_id(request)
+    progress = progress_get(user_id=user_id, slug=lesson.slug)
+    response = render(
         request,
         "course/lesson.html",
         {
             "lesson": lesson,
+            "text": text,
             "lab": lab,
+            "has_live": lab is not None and lab.live is not None,
             "form": form,
             "lab_config": lab_config,
             "job_missing": job_missing,
+            "explained": explained,
+            "neighbours": lesson_neighbours(lesson),
+            "code_links": code_links(text),
+            "see_links": see_links(text),
+            "progress": progress,
+            "answered": progress.answered_of(len(text.questions) if text else 0),
+            "progress_url": reverse("course-progress", args=[lesson.slug])
+            if user_id is not None
+            else "",
         },
         status=status,
+    )
+    return response
+
+
+def _lab_form(
+    request: HttpRequest,
+    lab: Lab,
+    text: LessonText | None,
+    **kwargs: Any,
+) -> LabForm:
+    prompt = text.predict.prompt if text is not None and text.predict else ""
+    return LabForm(
+        lab, allow_live=_may_run_live(request), predict_prompt=prompt, **kwargs
     )
 
 
@@ -115,7 +172,8 @@ def _may_run_live(request: HttpRequest) -> bool:
 def course_lesson(request: HttpRequest, slug: str) -> HttpResponse:
     lesson = _lesson_or_404(slug)
     lab = lab_find(slug)
-    form = LabForm(lab, allow_live=_may_run_live(request)) if lab is not None else None
+    text = lesson_text(slug)
+    form = _lab_form(request, lab, text) if lab is not None else None
     return _render_lesson(request, lesson, lab, form)
 
 
@@ -126,7 +184,7 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
     lab = lab_find(slug)
     if lab is None:
         raise Http404("This lesson's lab is not built yet")
-    form = LabForm(lab, data=request.POST, allow_live=_may_run_live(request))
+    form = _lab_form(request, lab, lesson_text(slug), data=request.POST)
     if not form.is_valid():
         # Asking for the live part without the right to is forbidden, not malformed.
         status = 403 if form.live_refused else 400
@@ -136,7 +194,11 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
         return _render_lesson(request, lesson, lab, form, status=status)
     try:
         job = lab_run_enqueue(
-            lab=lab, params=form.params, user=request.user, live=form.live
+            lab=lab,
+            params=form.params,
+            user=request.user,
+            live=form.live,
+            prediction=form.prediction,
         )
     except LabQueueFull as full:
         # Backpressure reaches the user as a quick, temporary refusal.
@@ -147,6 +209,9 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
             refused = _render_lesson(request, lesson, lab, form, status=503)
         refused["Retry-After"] = str(full.retry_after_s)
         return refused
+    user_id = _user_id(request)
+    if user_id is not None:
+        progress_lab_run(user_id=user_id, slug=slug)
     lesson_url = f"{reverse('course-lesson', args=[slug])}?job={job.id}"
     if _wants_json(request):
         status_url = reverse("jobstatus-status", args=[job.id])
@@ -162,3 +227,83 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
         response["Location"] = status_url
         return response
     return HttpResponseSeeOther(lesson_url)
+
+
+@require_GET
+def course_run_explained(
+    request: HttpRequest, slug: str, job_id: uuid.UUID
+) -> HttpResponse:
+    """The interpretation of one finished run, as a fragment the lesson page inserts."""
+    lesson = _lesson_or_404(slug)
+    lab = lab_find(lesson.slug)
+    job = lab_job_get(job_id=job_id)
+    if lab is None or job is None or job.name != lab.slug:
+        raise Http404("No such run of this lab")
+    explained = run_explain(lab=lab, text=lesson_text(slug), job=job)
+    if explained is None:
+        return HttpResponse(status=204)  # not finished, or failed: nothing to explain
+    response = render(
+        request,
+        "course/_interpretation.html",
+        {"explained": explained, "lesson": lesson},
+    )
+    response["Cache-Control"] = "private, no-cache"
+    return response
+
+
+_PROGRESS_EVENTS = ("read", "answer")
+
+
+@require_POST
+def course_progress(request: HttpRequest, slug: str) -> HttpResponse:
+    """Record a signed-in learner's step: the lesson read, or an answer opened."""
+    lesson = _lesson_or_404(slug)
+    user_id = _user_id(request)
+    if user_id is None:
+        return JsonResponse({"error": "Sign in to keep your progress."}, status=403)
+    event = request.POST.get("event", "")
+    if event not in _PROGRESS_EVENTS:
+        return JsonResponse({"error": "event must be read or answer"}, status=400)
+    if event == "read":
+        progress_mark_read(user_id=user_id, slug=lesson.slug)
+    else:
+        text = lesson_text(lesson.slug)
+        total = len(text.questions) if text is not None else 0
+        try:
+            question = int(request.POST.get("question", ""))
+        except ValueError:
+            question = -1
+        if not 0 <= question < total:
+            return JsonResponse(
+                {"error": f"question must be 0 to {total - 1}"}, status=400
+            )
+        progress_answer(user_id=user_id, slug=lesson.slug, question=question)
+    if _wants_json(request):
+        return JsonResponse({"ok": True})
+    return HttpResponseSeeOther(reverse("course-lesson", args=[lesson.slug]))
+
+
+@require_GET
+def course_source(request: HttpRequest, path: str) -> HttpResponse:
+    """A read-only, highlighted view of one of this repository's own source files."""
+    start, end = _line_range(request.GET.get("lines", ""))
+    page = source_render(path, start=start, end=end)
+    if page is None:
+        raise Http404("Not a source file of this project")
+    response = render(
+        request,
+        "course/source.html",
+        {"page": page, "start": start, "end": end, "parts": path.split("/")},
+    )
+    response["Cache-Control"] = "public, max-age=300"
+    return response
+
+
+def _line_range(raw: str) -> tuple[int, int]:
+    first, _, last = raw.partition("-")
+    try:
+        start = int(first)
+        end = int(last) if last else start
+    except ValueError:
+        return 0, 0
+    return (start, end) if 0 < start <= end else (0, 0)

@@ -16,8 +16,7 @@ def test_index_lists_25_lessons_by_area_with_lab_state(client):
     for area in ("Caching", "Messaging", "Background Jobs", "Real-Time Data"):
         assert f">{area}</h2>" in html
     assert html.count('class="lesson-card') == 25
-    assert html.count("Lab ready") == len(LABS)
-    assert html.count("Lab not built yet") == 25 - len(LABS)
+    assert html.count('<span class="badge badge-primary">lab</span>') == len(LABS)
     assert 'href="/course/streaming-responses/"' in html
 
 

@@ -33,6 +33,7 @@
   const progressRole = panel.querySelector("[role=progressbar]");
   const messageLine = panel.querySelector("[data-message]");
   const output = panel.querySelector("[data-output]");
+  const explainedBox = panel.querySelector("[data-explained]");
 
   let current = null; // the run being followed: {id, version, failures, timer}
 
@@ -155,6 +156,7 @@
     current = { id, version, failures: 0, timer: null };
     showState({ state: "queued", progress: 0, message: "waiting for a worker", finished: false });
     output.replaceChildren();
+    if (explainedBox) explainedBox.replaceChildren();
     track(current, 0);
   }
 
@@ -249,10 +251,28 @@
     setBusy(false);
     if (job.state === "done" && job.result) {
       renderResult(job.result);
+      explain(job.id);
     } else if (job.state === "failed") {
       output.replaceChildren(alertBox("error", job.error || "The run failed."));
     } else {
       output.replaceChildren(alertBox("warning", `The run ended as ${job.state}.`));
+    }
+  }
+
+  // The server writes "what just happened" from the stored run: the parameters moved,
+  // the figures that moved with them, live beside model, the prediction checked.
+  async function explain(id) {
+    if (!explainedBox || !config.explainUrl) return;
+    try {
+      const response = await fetch(config.explainUrl.replace(ZERO_ID, id), {
+        credentials: "same-origin",
+        headers: { Accept: "text/html" },
+      });
+      if (response.status === 200 && current && current.id === id) {
+        explainedBox.innerHTML = await response.text(); // our own rendered, escaped fragment
+      }
+    } catch (error) {
+      // The tables are already shown; the explanation returns on the next reload.
     }
   }
 

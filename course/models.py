@@ -1,0 +1,37 @@
+"""A learner's progress through the course: one row per learner and lesson."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class LessonProgress(models.Model):
+    """What a signed-in learner has done with one lesson.
+
+    ``answered`` holds the numbers (0-based) of the questions whose answer the learner
+    has opened; the lesson's text decides how many there are, so the share is worked
+    out when shown, never stored.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="lesson_progress",
+    )
+    slug = models.SlugField(max_length=80)
+    read_at = models.DateTimeField(null=True, blank=True)
+    lab_runs = models.PositiveIntegerField(default=0)
+    answered = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "slug"], name="lesson_progress_once"
+            )
+        ]
+        verbose_name_plural = "lesson progress"
+
+    def __str__(self) -> str:
+        return f"{self.user_id} · {self.slug}"

@@ -1,0 +1,347 @@
+"""Lesson pages: the text, its numbers, diagrams, code links, questions and progress."""
+
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from course.labs.registry import LABS, lab_get
+from course.lesson_checks import lesson_problems
+from course.lessons import LESSONS
+from course.models import LessonProgress
+from course.services import PREDICTION_KEY, lab_run_execute
+from course.sourcecode import ref_resolve, source_path_allowed
+from course.textbook import (
+    CONTENT_DIR,
+    LessonText,
+    LessonTextError,
+    _load,
+    default_tables,
+    lesson_text,
+    table_cell,
+)
+from jobs.models import JobStatus
+
+SLUGS = [lesson.slug for lesson in LESSONS]
+OVERLAP_TOOL = Path(__file__).resolve().parents[3] / "shared/tools/course_overlap.py"
+
+
+@pytest.fixture
+def learner(db):
+    user = get_user_model().objects.create_user("learner", password="pw-learner-1")
+    client = Client()
+    client.force_login(user)
+    return user, client
+
+
+# --- the text of every lesson -----------------------------------------------------
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_every_lesson_meets_the_page_rules(slug):
+    """Words, sections, diagram, tables explained, predict, links and questions."""
+    lesson = next(x for x in LESSONS if x.slug == slug)
+    assert lesson_problems(lesson) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("slug", SLUGS)
+def test_every_lesson_page_renders_its_parts(client, slug):
+    text = lesson_text(slug)
+    assert text is not None
+    html = client.get(f"/course/{slug}/").content.decode()
+    assert "data-lesson-text" in html
+    for heading in text.toc:
+        assert f'id="{heading.anchor}"' in html
+        if heading.level == 2:
+            assert f'href="#{heading.anchor}"' in html  # the table of contents
+    assert f"{text.reading_minutes} min read" in html
+    assert html.count('class="question"') == len(text.questions)
+    assert html.count('<figure class="diagram">') == len(text.figures) >= 1
+    for name in text.tables:
+        assert f'data-table="{name}"' in html
+    assert f"/asynchronous-processing/{slug}" in html  # the course's lesson, cited
+    number = next(x.number for x in LESSONS if x.slug == slug)
+    assert ('rel="prev"' in html) == (number > 1)
+    assert ('rel="next"' in html) == (number < 25)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_lesson_html_carries_no_markup_of_its_own(slug):
+    text = lesson_text(slug)
+    assert text is not None
+    assert "<script" not in text.html
+    assert "javascript:" not in text.html
+    assert not re.search(r"<[^>]+\son[a-z]+=", text.html)
+
+
+def test_markup_in_a_lesson_file_is_escaped_or_dropped():
+    hostile = (
+        "+++\n+++\n## Part\n\n<script>alert(1)</script>\n\n"
+        '<img src=x onerror="alert(2)">\n\n[click](javascript:alert(3))\n\n'
+        "[[diagram:../../../etc/passwd]]\n"
+    )
+    text = _load("cache-layers", hostile)
+    assert "<script" not in text.html
+    assert "&lt;script&gt;" in text.html
+    assert "<img" not in text.html
+    assert 'href="javascript:' not in text.html
+    assert "passwd" in text.html  # the marker is not a diagram name: left as text
+
+
+def test_a_lesson_file_without_front_matter_is_refused():
+    with pytest.raises(LessonTextError):
+        _load("cache-layers", "## no front matter\n")
+
+
+def test_numbers_in_the_text_come_from_the_model():
+    tables = default_tables("cache-layers")
+    origin = next(r for r in tables["chain"]["rows"] if r[0] == "origin")
+    text = _load(
+        "cache-layers",
+        "+++\n+++\n## A\n\nOrigin share {{chain[origin].share_pct}} of "
+        "{{param:requests}} requests; {{chain[#0].layer}}; "
+        "{{chain[nope].share_pct}}.\n",
+    )
+    assert f"Origin share {origin[2]} of 600 requests; client; ?." in text.html
+    assert text.problems == (
+        "{{chain[nope].share_pct}}: table 'chain' has no row 'nope'",
+    )
+
+
+@pytest.mark.skipif(not OVERLAP_TOOL.is_file(), reason="the course's overlap tool")
+@pytest.mark.parametrize("words", ["10", "8"])
+def test_lessons_do_not_repeat_the_course(words):
+    done = subprocess.run(
+        [sys.executable, str(OVERLAP_TOOL), "--words", words, str(CONTENT_DIR)],
+        capture_output=True,
+        text=True,
+        cwd=CONTENT_DIR.parents[1],
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+# --- code references and the source view --------------------------------------------
+
+
+def _text(slug: str) -> LessonText:
+    text = lesson_text(slug)
+    assert text is not None, f"no text for {slug}"
+    return text
+
+
+def _all_refs():
+    texts = [lesson_text(slug) for slug in SLUGS]
+    return sorted(
+        {link.ref for text in texts if text is not None for link in text.code}
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("ref", _all_refs())
+def test_every_code_reference_opens_at_its_lines(client, ref):
+    target = ref_resolve(ref)
+    response = client.get(
+        f"/course/source/{target.path}?lines={target.start}-{target.end}"
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert f'id="L-{target.start}"' in html
+    assert 'class="hll"' in html  # the referenced lines are marked
+
+
+def test_refs_resolve_to_the_definition():
+    target = ref_resolve("course.sourcecode.ref_resolve")
+    lines = (CONTENT_DIR.parents[1] / target.path).read_text().splitlines()
+    # A decorated function starts at its decorator.
+    assert lines[target.start - 1] == "@lru_cache(maxsize=512)"
+    assert lines[target.start].startswith("def ref_resolve(")
+    constant = ref_resolve("course.textbook.MIN_WORDS")
+    assert (
+        "MIN_WORDS = "
+        in (CONTENT_DIR.parents[1] / constant.path)
+        .read_text()
+        .splitlines()[constant.start - 1]
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path",
+    [
+        "manage.py",
+        ".env",
+        "config/../manage.py",
+        "var/library.sqlite3",
+        ".git/config",
+        "library/no_such_file.py",
+        "library/%2e%2e/manage.py",
+        "/etc/passwd",
+        "library\\models.py",
+    ],
+)
+def test_source_view_shows_only_project_code(client, path):
+    assert client.get(f"/course/source/{path}").status_code == 404
+
+
+def test_source_paths_stay_inside_the_repository():
+    assert source_path_allowed("library/services.py") is not None
+    assert source_path_allowed("library/../manage.py") is None
+    assert source_path_allowed("requirements.txt") is None
+
+
+# --- the course index and the live badge --------------------------------------------
+
+
+@pytest.mark.django_db
+def test_index_shows_areas_outcomes_reading_time(client):
+    html = client.get("/course/").content.decode()
+    assert html.count('class="lesson-card') == 25
+    assert html.count("After this part you can") == 4
+    minutes = sum(_text(slug).reading_minutes for slug in SLUGS)
+    assert f"{minutes} min" in html
+    assert "Sign in</a> to keep your progress" in html
+
+
+@pytest.mark.django_db
+def test_live_badge_and_command_render_for_a_lab_with_a_live_part(client):
+    assert LABS["cache-layers"].live is not None
+    html = client.get("/course/cache-layers/").content.decode()
+    assert '<span class="badge badge-info">live</span>' in html
+    assert "python manage.py lab cache-layers --live --json" in html
+
+
+@pytest.mark.django_db
+def test_anonymous_lesson_page_costs_no_query(client, django_assert_num_queries):
+    client.get("/course/cache-layers/")  # warm the text and model caches
+    with django_assert_num_queries(0):
+        assert client.get("/course/cache-layers/").status_code == 200
+
+
+# --- progress -----------------------------------------------------------------------
+
+
+def test_progress_is_kept_and_shown(learner):
+    user, client = learner
+    text = _text("invalidation")
+    assert (
+        client.post("/course/invalidation/progress", {"event": "read"}).status_code
+        == 303
+    )
+    for question in (0, 2, 2):
+        response = client.post(
+            "/course/invalidation/progress",
+            {"event": "answer", "question": question},
+            HTTP_ACCEPT="application/json",
+        )
+        assert response.json() == {"ok": True}
+    row = LessonProgress.objects.get(user=user, slug="invalidation")
+    assert row.read_at is not None
+    assert row.answered == [0, 2]
+
+    index = client.get("/course/").content.decode()
+    card = index[index.index('data-lesson="invalidation"') :][:1500]
+    assert "data-read>read<" in card
+    assert f"2/{len(text.questions)} answers" in card
+    assert "1 of 7 read" in index  # the caching area's bar
+    page = client.get("/course/invalidation/").content.decode()
+    assert f"2 of {len(text.questions)} answers opened" in page
+    assert 'data-question="2" data-answered' in page
+
+
+@pytest.mark.django_db
+def test_progress_needs_a_signed_in_learner_and_a_real_question(client, learner):
+    assert (
+        client.post("/course/invalidation/progress", {"event": "read"}).status_code
+        == 403
+    )
+    _, signed_in = learner
+    assert (
+        signed_in.post("/course/invalidation/progress", {"event": "nap"}).status_code
+        == 400
+    )
+    for question in ("-1", "99", "x"):
+        response = signed_in.post(
+            "/course/invalidation/progress", {"event": "answer", "question": question}
+        )
+        assert response.status_code == 400
+    assert signed_in.post("/course/nope/progress", {"event": "read"}).status_code == 404
+
+
+def test_progress_post_requires_csrf(learner):
+    user, _ = learner
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user)
+    assert (
+        strict.post("/course/invalidation/progress", {"event": "read"}).status_code
+        == 403
+    )
+
+
+# --- predict, run, compare ------------------------------------------------------------
+
+
+def test_a_run_keeps_the_prediction_and_is_explained(
+    learner, django_capture_on_commit_callbacks
+):
+    user, client = learner
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post(
+            "/course/cache-layers/run",
+            {"edge_capacity": "2", "prediction": "12.5"},
+            HTTP_ACCEPT="application/json",
+        )
+    assert response.status_code == 202
+    job_id = uuid.UUID(response.json()["job"])
+    job = JobStatus.objects.get(pk=job_id)
+    assert job.params[PREDICTION_KEY] == 12.5
+    assert LessonProgress.objects.get(user=user, slug="cache-layers").lab_runs == 1
+    explain = f"/course/cache-layers/runs/{job_id}/explained"
+    assert client.get(explain).status_code == 204  # not run yet: nothing to explain
+
+    lab_run_execute(job_id=job_id)  # what the rq worker does, in this process
+    html = client.get(explain).content.decode()
+    lab = lab_get("cache-layers")
+    ours = lab.run({**lab.defaults(), "edge_capacity": 2})["tables"]
+    spec = _text("cache-layers").predict
+    assert spec is not None
+    expected = table_cell(ours, spec.table, spec.row, spec.column)
+    assert (
+        "<code>edge_capacity</code> from <strong>10</strong> to <strong>2</strong>"
+        in html
+    )
+    assert _text("cache-layers").params["edge_capacity"][:40] in html
+    assert f"data-model-value>{expected} {spec.unit}<" in html
+    assert f"data-predicted>12.5 {spec.unit}<" in html
+    # The edge's share is what a smaller edge moves first.
+    assert (
+        "<td><code>chain</code></td><td>edge</td><td><code>share_pct</code></td>"
+        in html
+    )
+    page = client.get(f"/course/cache-layers/?job={job_id}").content.decode()
+    assert "data-interpretation" in page  # a reload shows it too
+
+
+@pytest.mark.django_db
+def test_a_prediction_that_is_not_a_number_is_a_field_error(client):
+    response = client.post(
+        "/course/cache-layers/run",
+        {"prediction": "lots"},
+        HTTP_ACCEPT="application/json",
+    )
+    assert response.status_code == 400
+    assert "prediction" in response.json()["errors"]
+
+
+def test_explaining_a_run_of_another_lab_is_404(learner):
+    _, client = learner
+    job = JobStatus.objects.create(kind="lab", name="invalidation", params={})
+    assert (
+        client.get(f"/course/cache-layers/runs/{job.id}/explained").status_code == 404
+    )

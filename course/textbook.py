@@ -1,0 +1,463 @@
+"""Lesson texts: read ``course/content/<slug>.md``, fill in the model's numbers, render.
+
+A lesson file is a TOML block between ``+++`` lines (what to predict, the column notes,
+the parameter notes, code references, links, questions) and a Markdown body; see
+``course/AUTHORING.md``. The body never holds a number the lab produces: it writes
+``{{table[row].column}}`` and this module puts in the model's value for the default
+parameters, and ``[[table:NAME]]`` / ``[[diagram:NAME]]`` lines become the model's table
+and a figure. Markdown is rendered by markdown-it-py with raw HTML off, code highlighted
+by Pygments, and the result passed through nh3 before our own trusted fragments (tables,
+figures) are put in, so a lesson file cannot inject markup.
+
+The rendered lesson is cached per process and file modification time: a page view costs
+no query and no model run once warm.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+import tomllib
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import nh3
+from django.templatetags.static import static
+from markdown_it import MarkdownIt
+from mdit_py_plugins.anchors import anchors_plugin
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
+
+from course.labs.base import Cell, Lab, Table, Tables
+from course.labs.registry import lab_find
+
+CONTENT_DIR = Path(__file__).resolve().parent / "content"
+DIAGRAM_DIR = Path(__file__).resolve().parent / "static" / "course" / "diagrams"
+DIAGRAM_STATIC = "course/diagrams/{name}.svg"
+WORDS_PER_MINUTE = 220
+MIN_WORDS = 1200
+
+_VALUE = re.compile(r"\{\{\s*([a-z0-9_]+)\[([^\]]+)\]\.([a-z0-9_]+)\s*\}\}")
+_PARAM = re.compile(r"\{\{\s*param:([a-z0-9_]+)\s*\}\}")
+_BLOCK = re.compile(r"<p>\[\[(table|diagram):([a-z0-9_-]+)\]\]</p>")
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\u2019-]*")
+_NUM = ' class="num"'
+_SVG_NS = "{http://www.w3.org/2000/svg}"
+
+_ALLOWED_ATTRIBUTES = {
+    "*": {"class", "id"},
+    "a": {"href", "title"},
+    "th": {"scope"},
+    "td": {"style"},
+    "code": {"class"},
+}
+
+
+class LessonTextError(Exception):
+    """A lesson file that does not follow ``course/AUTHORING.md``."""
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    anchor: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    answer: str
+    explanation: str
+
+
+@dataclass(frozen=True)
+class Predict:
+    prompt: str
+    table: str
+    row: str
+    column: str
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class CodeLink:
+    ref: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SeeLink:
+    url: str
+    args: tuple[Any, ...]
+    label: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    title: str
+    desc: str
+
+
+@dataclass(frozen=True)
+class LessonText:
+    slug: str
+    html: str
+    toc: tuple[Heading, ...]
+    words: int
+    predict: Predict | None
+    columns: dict[str, dict[str, str]]
+    params: dict[str, str]
+    live: str
+    code: tuple[CodeLink, ...]
+    see: tuple[SeeLink, ...]
+    questions: tuple[Question, ...]
+    tables: tuple[str, ...]
+    figures: tuple[Figure, ...]
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def reading_minutes(self) -> int:
+        return max(1, math.ceil(self.words / WORDS_PER_MINUTE))
+
+
+# --- the model's numbers -----------------------------------------------------------
+
+
+@lru_cache(maxsize=32)
+def default_tables(slug: str) -> Tables:
+    """Return the lab's model tables with the default parameters (deterministic)."""
+    lab = lab_find(slug)
+    if lab is None:
+        return {}
+    return lab.run(lab.defaults())["tables"]
+
+
+def row_index(table: Table, key: str) -> int | None:
+    """Return the index of the row named ``key`` (its first cell) or ``#n``."""
+    if key.startswith("#"):
+        try:
+            index = int(key[1:])
+        except ValueError:
+            return None
+        return index if 0 <= index < len(table["rows"]) else None
+    for index, row in enumerate(table["rows"]):
+        if row and str(row[0]) == key:
+            return index
+    return None
+
+
+def table_cell(tables: Tables, name: str, row: str, column: str) -> Cell:
+    """Return one cell; raise KeyError with a readable reason when it is not there."""
+    if name not in tables:
+        raise KeyError(f"no table {name!r}")
+    table = tables[name]
+    if column not in table["columns"]:
+        raise KeyError(f"table {name!r} has no column {column!r}")
+    index = row_index(table, row)
+    if index is None:
+        raise KeyError(f"table {name!r} has no row {row!r}")
+    return table["rows"][index][table["columns"].index(column)]
+
+
+def cell_text(value: Cell) -> str:
+    """Return a cell as prose prints it: thousands separated, NaN as a dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,}"
+    return value
+
+
+# --- parsing -----------------------------------------------------------------------
+
+
+_FRONT = re.compile(r"\A\+\+\+\n(.*?)^\+\+\+\n", re.DOTALL | re.MULTILINE)
+
+
+def _split(text: str, slug: str) -> tuple[dict[str, Any], str]:
+    match = _FRONT.match(text)
+    if match is None:
+        raise LessonTextError(f"{slug}: the file must start with a +++ TOML block")
+    try:
+        meta = tomllib.loads(match.group(1))
+    except tomllib.TOMLDecodeError as error:
+        raise LessonTextError(f"{slug}: front matter: {error}") from None
+    return meta, text[match.end() :]
+
+
+def _text(value: object) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _predict(meta: dict[str, Any]) -> Predict | None:
+    raw = meta.get("predict")
+    if not isinstance(raw, dict):
+        return None
+    return Predict(
+        prompt=_text(raw.get("prompt")),
+        table=_text(raw.get("table")),
+        row=_text(raw.get("row")),
+        column=_text(raw.get("column")),
+        unit=_text(raw.get("unit")),
+    )
+
+
+def _str_map(raw: object) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): _text(v) for k, v in raw.items()}
+
+
+def _entries(meta: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    raw = meta.get(name, [])
+    return (
+        [item for item in raw if isinstance(item, dict)]
+        if isinstance(raw, list)
+        else []
+    )
+
+
+# --- rendering ---------------------------------------------------------------------
+
+
+def _highlight(code: str, language: str, _attrs: str) -> str:
+    try:
+        lexer = get_lexer_by_name(language or "text")
+    except ClassNotFound:
+        lexer = get_lexer_by_name("text")
+    # markdown-it keeps output that starts with <pre> as it is (no second wrapper).
+    body = highlight(code, lexer, HtmlFormatter(nowrap=True))
+    return f'<pre class="highlight"><code>{body}</code></pre>\n'
+
+
+def _markdown() -> MarkdownIt:
+    md = MarkdownIt(
+        "commonmark", {"html": False, "highlight": _highlight, "typographer": True}
+    )
+    md.enable(["table", "strikethrough", "replacements", "smartquotes"])
+    anchors_plugin(md, min_level=2, max_level=3, permalink=True, permalinkSymbol="#")
+    return md
+
+
+_MD = _markdown()
+
+
+def _fill(body: str, tables: Tables, lab: Lab | None, problems: list[str]) -> str:
+    """Fill in the model's values for ``{{table[row].column}}`` and ``{{param:x}}``."""
+
+    def value(match: re.Match[str]) -> str:
+        name, row, column = match.groups()
+        try:
+            return cell_text(table_cell(tables, name, row.strip(), column))
+        except KeyError as error:
+            problems.append(f"{match.group(0)}: {error.args[0]}")
+            return "?"
+
+    def param(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if lab is None:
+            problems.append(f"{match.group(0)}: the lesson has no lab")
+            return "?"
+        try:
+            default = lab.param(name).default
+        except Exception:
+            problems.append(f"{match.group(0)}: no such parameter")
+            return "?"
+        return lab.param(name).text(default)
+
+    return _PARAM.sub(param, _VALUE.sub(value, body))
+
+
+def _toc(tokens: list[Any]) -> tuple[Heading, ...]:
+    headings: list[Heading] = []
+    for index, token in enumerate(tokens):
+        if token.type == "heading_open" and token.tag in ("h2", "h3"):
+            inline = tokens[index + 1]
+            text = "".join(
+                child.content for child in inline.children or [] if child.type == "text"
+            )
+            headings.append(
+                Heading(int(token.tag[1]), str(token.attrs.get("id", "")), text.strip())
+            )
+    return tuple(headings)
+
+
+def prose_words(body: str) -> int:
+    """Count the words a learner reads: no code blocks, no markers, no front matter."""
+    without_code = re.sub(r"```.*?```", " ", body, flags=re.DOTALL)
+    without_markers = re.sub(r"\[\[[^\]]*\]\]|\{\{[^}]*\}\}", " x ", without_code)
+    return len(_WORD.findall(without_markers))
+
+
+def diagram_read(name: str) -> Figure | None:
+    """Return a diagram's caption and description from its SVG, or None if missing."""
+    path = DIAGRAM_DIR / f"{name}.svg"
+    if not path.is_file():
+        return None
+    try:
+        root = ElementTree.parse(path).getroot()
+    except ElementTree.ParseError:
+        return None
+    title = root.find(f"{_SVG_NS}title")
+    desc = root.find(f"{_SVG_NS}desc")
+    return Figure(
+        name=name,
+        title=" ".join((title.text or "").split()) if title is not None else "",
+        desc=" ".join((desc.text or "").split()) if desc is not None else "",
+    )
+
+
+def _table_html(name: str, table: Table, notes: dict[str, str]) -> str:
+    numeric = [
+        bool(table["rows"])
+        and all(
+            row[i] is None or isinstance(row[i], int | float) for row in table["rows"]
+        )
+        for i in range(len(table["columns"]))
+    ]
+    head = "".join(
+        f'<th scope="col"{_NUM if numeric[i] else ""}>{html.escape(c)}</th>'
+        for i, c in enumerate(table["columns"])
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td{_NUM if numeric[i] else ''}>{html.escape(cell_text(cell))}</td>"
+            for i, cell in enumerate(row)
+        )
+        + "</tr>"
+        for row in table["rows"]
+    )
+    explained = "".join(
+        f"<dt><code>{html.escape(c)}</code></dt><dd>{html.escape(notes[c])}</dd>"
+        for c in table["columns"]
+        if notes.get(c)
+    )
+    return (
+        f'<figure class="published-table" data-table="{html.escape(name)}">'
+        f"<figcaption><code>{html.escape(name)}</code> · the model with the default "
+        f"parameters</figcaption>"
+        f'<div class="table-wrap"><table class="data"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+        + (f'<dl class="column-notes">{explained}</dl>' if explained else "")
+        + "</figure>"
+    )
+
+
+def _figure_html(figure: Figure, static_url: str) -> str:
+    return (
+        f'<figure class="diagram"><img src="{html.escape(static_url)}" '
+        f'alt="{html.escape(figure.desc)}" loading="lazy" decoding="async">'
+        f"<figcaption>{html.escape(figure.title)}</figcaption></figure>"
+    )
+
+
+def _blocks(
+    rendered: str,
+    tables: Tables,
+    columns: dict[str, dict[str, str]],
+    problems: list[str],
+) -> tuple[str, list[str], list[Figure]]:
+    shown: list[str] = []
+    figures: list[Figure] = []
+
+    def block(match: re.Match[str]) -> str:
+        kind, name = match.groups()
+        if kind == "table":
+            if name not in tables:
+                problems.append(f"[[table:{name}]]: the model has no table {name!r}")
+                return ""
+            shown.append(name)
+            return _table_html(name, tables[name], columns.get(name, {}))
+        figure = diagram_read(name)
+        if figure is None:
+            problems.append(
+                f"[[diagram:{name}]]: no readable {name}.svg in {DIAGRAM_DIR}"
+            )
+            return ""
+        figures.append(figure)
+        return _figure_html(figure, static(DIAGRAM_STATIC.format(name=name)))
+
+    return _BLOCK.sub(block, rendered), shown, figures
+
+
+def _load(slug: str, text: str) -> LessonText:
+    meta, body = _split(text, slug)
+    lab = lab_find(slug)
+    tables = default_tables(slug)
+    problems: list[str] = []
+    filled = _fill(body, tables, lab, problems)
+    tokens = _MD.parse(filled)
+    rendered = _MD.renderer.render(tokens, _MD.options, {})
+    clean = nh3.clean(
+        rendered,
+        attributes=_ALLOWED_ATTRIBUTES,
+        link_rel="noopener noreferrer",
+        url_schemes={"http", "https", "mailto"},
+    )
+    columns = {
+        str(name): _str_map(notes)
+        for name, notes in dict(meta.get("columns", {})).items()
+    }
+    final, shown, figures = _blocks(clean, tables, columns, problems)
+    return LessonText(
+        slug=slug,
+        html=final,
+        toc=_toc(tokens),
+        words=prose_words(body),
+        predict=_predict(meta),
+        columns=columns,
+        params=_str_map(meta.get("params")),
+        live=_text(dict(meta.get("live", {})).get("text")),
+        code=tuple(
+            CodeLink(_text(e.get("ref")), _text(e.get("text")))
+            for e in _entries(meta, "code")
+        ),
+        see=tuple(
+            SeeLink(
+                _text(e.get("url")),
+                tuple(e.get("args", []) or []),
+                _text(e.get("label")),
+                _text(e.get("text")),
+            )
+            for e in _entries(meta, "see")
+        ),
+        questions=tuple(
+            Question(
+                _text(e.get("question")),
+                _text(e.get("answer")),
+                _text(e.get("explanation")),
+            )
+            for e in _entries(meta, "questions")
+        ),
+        tables=tuple(shown),
+        figures=tuple(figures),
+        problems=tuple(problems),
+    )
+
+
+@lru_cache(maxsize=64)
+def _cached(slug: str, mtime_ns: int) -> LessonText:
+    path = CONTENT_DIR / f"{slug}.md"
+    return _load(slug, path.read_text(encoding="utf-8"))
+
+
+def lesson_text(slug: str) -> LessonText | None:
+    """Return the rendered lesson ``slug``, or None when it has no text file."""
+    path = CONTENT_DIR / f"{slug}.md"
+    try:
+        mtime = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+    return _cached(slug, mtime)
