@@ -435,9 +435,10 @@ def _load(slug: str, text: str) -> LessonText:
         ),
         questions=tuple(
             Question(
-                _text(e.get("question")),
-                _text(e.get("answer")),
-                _text(e.get("explanation")),
+                *(
+                    _fill(_text(e.get(part)), tables, lab, problems)
+                    for part in ("question", "answer", "explanation")
+                )
             )
             for e in _entries(meta, "questions")
         ),

@@ -99,3 +99,71 @@ def test_run_cache_layers_in_the_browser(live_site, browser):
         path=str(SHOTS / "lesson-message-queues-phone.png"), full_page=True
     )
     assert errors == []
+
+
+def test_predict_run_compare_and_progress_in_the_browser(live_site, browser):
+    """A learner signs in, predicts, runs, reads the comparison, opens an answer."""
+    from django.contrib.auth import get_user_model
+
+    from course.labs.live import wait_until
+    from course.models import LessonProgress
+    from course.textbook import default_tables, lesson_text, table_cell
+
+    get_user_model().objects.create_user("reader-b", password="pw-reader-b-1")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{live_site}/login/?next=/course/invalidation/")
+    page.fill("#id_username", "reader-b")
+    page.fill("#id_password", "pw-reader-b-1")
+    page.click("form [type=submit]")
+    page.wait_for_url("**/course/invalidation/")
+
+    text = lesson_text("invalidation")
+    assert text is not None
+    spec = text.predict
+    assert spec is not None
+    expected = table_cell(default_tables("invalidation"), spec.table, spec.row, spec.column)
+    page.fill("#id_prediction", "7")
+    page.click("[data-run]")
+    page.wait_for_selector("[data-prediction-check]", timeout=30_000)
+    assert page.locator("[data-predicted]").inner_text().startswith("7")
+    assert page.locator("[data-model-value]").inner_text().startswith(f"{expected}")
+    assert "You ran the defaults" in page.locator("[data-interpretation]").inner_text()
+
+    page.click('details[data-question="1"] summary')
+    page.locator("[data-lesson-text] h2").last.scroll_into_view_if_needed()
+
+    def recorded() -> bool:
+        row = LessonProgress.objects.filter(slug="invalidation").first()
+        return row is not None and row.read_at is not None and row.answered == [1]
+
+    wait_until(recorded, what="the learner's progress", timeout=20)
+    assert LessonProgress.objects.get(slug="invalidation").lab_runs == 1
+    page.goto(f"{live_site}/course/")
+    assert "1 of 7 read" in page.locator("main").inner_text()
+    assert errors == []
+
+
+@pytest.mark.parametrize(
+    "slug", ["cache-layers", "dead-letter-queues", "server-sent-events"]
+)
+def test_lesson_pages_look_right_on_desktop_and_phone(live_site, browser, slug):
+    """One lesson per kind, as a textbook page: no sideways scroll, figures loaded."""
+    SHOTS.mkdir(exist_ok=True)
+    for name, width in (("desktop", 1280), ("phone", 390)):
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        page.goto(f"{live_site}/course/{slug}/")
+        page.wait_for_load_state("networkidle")
+        # Every diagram loaded (a broken static path shows as a 0-wide image).
+        widths = page.eval_on_selector_all(
+            "figure.diagram img", "els => els.map(e => e.naturalWidth)"
+        )
+        assert widths
+        assert all(w > 0 for w in widths)
+        overflow = page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, f"{slug} scrolls sideways at {width} px"
+        page.screenshot(path=str(SHOTS / f"lesson-{slug}-{name}.png"), full_page=True)
+        page.close()
