@@ -200,12 +200,14 @@ def _text(value: object) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
-def _predict(meta: dict[str, Any]) -> Predict | None:
+def _predict(
+    meta: dict[str, Any], tables: Tables, lab: Lab | None, problems: list[str]
+) -> Predict | None:
     raw = meta.get("predict")
     if not isinstance(raw, dict):
         return None
     return Predict(
-        prompt=_text(raw.get("prompt")),
+        prompt=_fill(_text(raw.get("prompt")), tables, lab, problems),
         table=_text(raw.get("table")),
         row=_text(raw.get("row")),
         column=_text(raw.get("column")),
@@ -416,7 +418,7 @@ def _load(slug: str, text: str) -> LessonText:
         html=final,
         toc=_toc(tokens),
         words=prose_words(body),
-        predict=_predict(meta),
+        predict=_predict(meta, tables, lab, problems),
         columns=columns,
         params=_str_map(meta.get("params")),
         live=_text(dict(meta.get("live", {})).get("text")),
