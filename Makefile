@@ -23,14 +23,23 @@ migrate: venv
 seed: migrate
 	$(PY) manage.py seed_library
 
-run: seed
+# First start: .env from .env.example, with a generated SECRET_KEY and the Redis found
+# now, so a worker or daphne started by hand later uses the same settings and Redis.
+# Never rewritten: it holds the key sessions are signed with.
+.env: | $(BIN)/.installed
+	$(PY) -m config.env .env.example .env
+
+# honcho --env /dev/null: each process reads .env itself as its settings load, and the
+# environment wins there; honcho's copy would override the environment instead, and a
+# process started by hand could then disagree with these ones (another Redis, say).
+run: .env seed
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	@$(PY) manage.py redis_info
 	@echo ""
 	@echo "  Library and course: http://$(HOST):$(PORT)/"
 	@echo "  Admin:              http://$(HOST):$(PORT)/admin/"
 	@echo ""
-	HOST=$(HOST) PORT=$(PORT) PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start
+	HOST=$(HOST) PORT=$(PORT) PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start --env /dev/null
 
 # Headless Chromium from Debian's packages, for the browser tests (never `playwright install`).
 browser:

@@ -89,6 +89,8 @@ def start_daphne(children: Children) -> tuple[int, int]:
         [
             "env",
             "ALLOWED_HOSTS=127.0.0.1",
+            # /realtime/metrics is staff only unless lab routes are on.
+            "LIBRARY_LAB_ROUTES=on",
             sys.executable,
             *("-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
             "config.asgi:application",

@@ -12,13 +12,17 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str
+from config.env import env_bool, env_file_load, env_int, env_list, env_str
 from config.redis_server import choose_redis, with_db
 
 # Lets annotations such as ModelAdmin[Book] work at run time, not only under mypy.
 django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Before any setting is read: .env (written by `make run`) gives a process started by
+# hand the DEBUG, SECRET_KEY and Redis of `make run`. Variables already set win; a test
+# run (config.settings_test) and the processes it starts read no .env.
+env_file_load(BASE_DIR / ".env")
 VAR_DIR = Path(env_str("LIBRARY_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -30,7 +34,10 @@ if DEBUG:
 else:
     SECRET_KEY = env_str("SECRET_KEY", "")
     if len(SECRET_KEY) < 50:
-        raise ImproperlyConfigured("SECRET_KEY must be set to at least 50 characters")
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set to at least 50 characters (in development, "
+            "`make run` writes one to .env)"
+        )
 
 ALLOWED_HOSTS = env_list(
     "ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"] if DEBUG else []
@@ -73,6 +80,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Below authentication: it asks whether the request is signed in.
+    "library.middleware.PrivatePagesMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -180,11 +189,23 @@ LAB_WORK_CAPACITY = env_int("LIBRARY_LAB_WORK_CAPACITY", 0, minimum=0)
 # Waiting places of the bounded "labs" queue (jobs.backpressure, drop_newest).
 LAB_QUEUE_CAPACITY = env_int("LIBRARY_LAB_QUEUE_CAPACITY", 20, minimum=1)
 
+# channels-redis waits for a consumer's next message with a 5 s blocking pop
+# (RedisChannelLayer.brpop_timeout); redis-py's default read timeout is also 5 s, so
+# an idle consumer's read could time out first and kill its socket with 1011. The read
+# timeout stays finite, to notice a Redis that stopped answering, but clears the pop
+# by three times its length.
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": 15,
+                    "socket_connect_timeout": 2,
+                    "socket_keepalive": True,
+                }
+            ],
             "capacity": 1000,
             "expiry": 30,
             "prefix": env_str("LIBRARY_CHANNEL_PREFIX", "asgi"),
@@ -247,7 +268,7 @@ STORAGES = {
 }
 
 LANGUAGE_CODE = "en"
-TIME_ZONE = env_str("TIME_ZONE", "Europe/Istanbul")
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = False
 USE_TZ = True
 

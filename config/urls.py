@@ -1,9 +1,13 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django_rq.urls import urlpatterns as rq_urlpatterns
+
+from jobs.admin_rq import rq_operator_patterns
 
 urlpatterns = [
-    path("admin/rq/", include("django_rq.urls")),
+    # django-rq's views check only is_staff: each passes its permission first.
+    path("admin/rq/", include((rq_operator_patterns(rq_urlpatterns), "django_rq"))),
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -23,7 +23,7 @@ class LabForm(forms.Form):
 
     LIVE_FIELD = "live"
     LIVE_REFUSED = (
-        "Only staff can measure the live system: a live run starts worker "
+        "Measuring the live system needs the live-lab permission: a live run starts "
         "processes and writes rows."
     )
 

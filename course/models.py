@@ -32,6 +32,8 @@ class LessonProgress(models.Model):
             )
         ]
         verbose_name_plural = "lesson progress"
+        # Named in library.permissions: a live run starts processes and writes rows.
+        permissions = [("run_live_lab", "Can run the live part of a lab")]
 
     def __str__(self) -> str:
         return f"{self.user_id} · {self.slug}"

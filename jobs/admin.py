@@ -9,6 +9,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+# For its side effect: it re-registers django-rq's admin with guarded routes.
+import jobs.admin_rq
 import jobs.admin_schedule  # noqa: F401  (registers the scheduled tasks' admin)
 from jobs import report
 from jobs.models import JobStatus

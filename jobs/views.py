@@ -33,8 +33,10 @@ from jobs.selectors import (
     report_get,
     report_recent,
 )
+from library import permissions
 from library.models import Branch
-from library.views import HttpResponseSeeOther, staff_required
+from library.permissions import permission_required
+from library.views import HttpResponseSeeOther
 
 
 def _no_store(response: HttpResponse) -> HttpResponse:
@@ -143,7 +145,7 @@ def _wants_json(request: HttpRequest) -> bool:
 
 
 @never_cache
-@staff_required
+@permission_required(permissions.RUN_REPORT)
 @require_http_methods(["GET", "POST"])
 def report_start(request: HttpRequest) -> HttpResponse:
     """Show the report form and the latest reports; start one on POST."""
@@ -196,7 +198,7 @@ def report_detail(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
     )
 
 
-@login_required
+@permission_required(permissions.RUN_REPORT)
 @require_POST
 def report_cancel_view(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
     """The page's Cancel button: record the request; the job stops at its next chunk."""
@@ -208,7 +210,7 @@ def report_cancel_view(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
     return HttpResponseSeeOther(reverse("report-detail", args=[job.pk]))
 
 
-@login_required
+@permission_required(permissions.RUN_REPORT)
 @require_POST
 def report_resume_view(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
     """The page's Resume button: enqueue the report again from its checkpoint."""

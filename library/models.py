@@ -51,6 +51,8 @@ class Book(models.Model):
                 condition=models.Q(on_shelf__gte=0), name="book_on_shelf_not_negative"
             )
         ]
+        # Named in library.permissions; checked by the live shelf socket.
+        permissions = [("correct_stock", "Can correct a shelf count")]
 
     def __str__(self) -> str:
         return f"{self.title} — {self.author}"
@@ -103,6 +105,11 @@ class Loan(models.Model):
                 condition=models.Q(return_date__isnull=True),
                 name="loan_open_by_book",
             ),
+        ]
+        # Named in library.permissions; the desk's rights, apart from the admin's.
+        permissions = [
+            ("issue_loan", "Can issue a loan at the desk"),
+            ("return_loan", "Can take a loan back at the desk"),
         ]
 
     def __str__(self) -> str:

@@ -4,6 +4,7 @@
   succeed, because the shelf count is decremented by a conditional UPDATE whose row
   count tells who won (compare-and-set works the same on SQLite and PostgreSQL).
 - A closed loan cannot be returned again, by the same compare-and-set on return_date.
+- A return date lies between the loan's pickup and today (``loan_return``).
 - Every change bumps the book's version and its branch's stock version, and appends
   an outbox message, all in the same transaction: the message exists exactly when the
   change does.
@@ -77,9 +78,21 @@ def loan_issue(
 
 
 def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Loan:
-    """Close an open loan and put its copy back on the shelf."""
+    """Close an open loan and put its copy back on the shelf.
+
+    The return date lies between the pickup and today: a copy cannot come back
+    before it left, nor on a day that has not come yet.
+    """
+    today = _today()
+    day = return_date or today
+    if day > today:
+        raise LibraryError(
+            f"A return on {day} is in the future: the latest return date is today, "
+            f"{today}.",
+            status=400,
+            code="invalid",
+        )
     with transaction.atomic():
-        day = return_date or _today()
         closed = Loan.objects.filter(pk=loan_id, return_date__isnull=True).update(
             return_date=day
         )
@@ -91,7 +104,8 @@ def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Lo
         if day < loan.pickup_date:
             # Rolls the whole transaction back: the loan stays open.
             raise LibraryError(
-                f"A return on {day} would precede the pickup on {loan.pickup_date}.",
+                f"A return on {day} would precede the pickup on {loan.pickup_date}: "
+                f"the earliest return date is {loan.pickup_date}.",
                 status=400,
                 code="invalid",
             )

@@ -35,13 +35,15 @@ from django.http import (
 from django.shortcuts import render
 from django.template import loader
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
-from library import selectors
+from library import permissions, selectors
 from library.cache import http, reads
 from library.errors import LibraryError
 from library.forms import BookSearchForm, LoanIssueForm, LoanReturnForm
+from library.permissions import permission_required
 from library.services import loan_issue as loan_issue_service
 from library.services import loan_return as loan_return_service
 
@@ -196,7 +198,7 @@ def _parse_id(raw: str | None) -> int | None:
 
 @never_cache
 @require_http_methods(["GET", "POST"])
-@staff_required
+@permission_required(permissions.ISSUE_LOAN)
 def loan_issue(request: HttpRequest) -> HttpResponse:
     status = 200
     if request.method == "POST":
@@ -234,18 +236,28 @@ def loan_issue(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_http_methods(["GET", "POST"])
-@staff_required
+@permission_required(permissions.RETURN_LOAN)
 def loan_return(request: HttpRequest, loan_id: int) -> HttpResponse:
     status = 200
+    current = selectors.loan_get(loan_id=loan_id)
+    if current is None and request.method == "GET":
+        raise Http404("No such loan.")
+    bounds = {
+        "earliest": current.pickup_date if current else None,
+        "latest": timezone.localdate(),
+    }
     if request.method == "POST":
-        form = LoanReturnForm(request.POST)
+        form = LoanReturnForm(request.POST, **bounds)
         if form.is_valid():
             try:
                 loan = loan_return_service(
                     loan_id=loan_id, return_date=form.cleaned_data["return_date"]
                 )
             except LibraryError as error:
-                form.add_error(None, error.message)
+                # A refused date belongs beside the date; other refusals (already
+                # returned, no such loan) concern the whole form.
+                field = "return_date" if error.code == "invalid" else None
+                form.add_error(field, error.message)
                 status = error.status
             else:
                 messages.success(
@@ -257,10 +269,7 @@ def loan_return(request: HttpRequest, loan_id: int) -> HttpResponse:
         else:
             status = 400
     else:
-        form = LoanReturnForm()
-    current = selectors.loan_get(loan_id=loan_id)
-    if current is None and request.method == "GET":
-        raise Http404("No such loan.")
+        form = LoanReturnForm(**bounds)
     return render(
         request,
         "library/loan_return.html",

@@ -10,3 +10,10 @@ class PermanentMessageError(ValueError):
     instead of stopping on it forever; a delivery still gets its attempts, then
     becomes a dead letter an operator can read.
     """
+
+
+class DeadLetterError(ValueError):
+    """A dead-letter action refused (no reason given for a discard, say).
+
+    Its text is safe to show to the operator.
+    """

@@ -155,17 +155,34 @@ class DeadLetter(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
     )
     redrive_count = models.PositiveIntegerField(default=0)
+    # Discarding archives a letter: it leaves the open list but keeps its record
+    # (a deleted letter would leave its delivery dead with no trace of why).
+    discarded_at = models.DateTimeField(null=True, blank=True)
+    discarded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    discard_reason = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-last_failed_at"]
         indexes = [models.Index(fields=["redriven_at"], name="deadletter_open")]
+        # Asked by the admin's actions: an operator who may look at letters does
+        # not thereby send them back to a subscriber or archive them.
+        permissions = [
+            ("redrive_deadletter", "Can redrive dead letters"),
+            ("discard_deadletter", "Can discard dead letters"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.subscription} ← {self.message_type} #{self.delivery.message_id}"
 
     @property
     def is_open(self) -> bool:
-        return self.redriven_at is None
+        return self.redriven_at is None and self.discarded_at is None
 
 
 class SubscriptionState(models.Model):

@@ -48,7 +48,7 @@ TRIM_CHUNK = 1000
 
 
 class RewindError(ValueError):
-    """A rewind that cannot be done (unknown consumer, trimmed offset)."""
+    """A rewind that cannot be done (unknown consumer, trimmed or future offset)."""
 
 
 def earliest_offset() -> int:
@@ -219,7 +219,9 @@ def stream_rewind(
     With ``rebuild`` the projection is emptied first, in the same transaction, so the
     replay rebuilds it from the log; rewinding to the start with a rebuild must end
     equal to the live projection. An offset whose next message was trimmed is
-    refused: the replay would silently miss what was dropped.
+    refused: the replay would silently miss what was dropped. So is an offset past
+    the newest message: the consumer would take every message published up to it as
+    already applied and skip them all.
     """
     if name not in STREAM_CONSUMERS:
         raise RewindError(f"no stream consumer named {name!r}")
@@ -228,6 +230,15 @@ def stream_rewind(
         raise RewindError(
             f"offset {offset} is not kept: the log starts at {earliest}, so the "
             f"lowest offset to rewind to is {earliest - 1}"
+        )
+    # Read before the transaction: the log only grows, so an offset at or below
+    # this head stays inside it. A log trimmed to nothing keeps its head just
+    # before its earliest offset.
+    newest = max(OutboxMessage.objects.aggregate(n=Max("id"))["n"] or 0, earliest - 1)
+    if offset > newest:
+        raise RewindError(
+            f"offset {offset} is past the end of the log: the newest offset is "
+            f"{newest}, so the highest offset to rewind to is {newest}"
         )
     with transaction.atomic():
         StreamConsumer.objects.get_or_create(name=name)

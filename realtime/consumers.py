@@ -7,20 +7,30 @@ a client that sees a gap asks for a new snapshot.
 
 Each forwarded update is counted per group (``realtime.accounting``), and the
 consumer leaves its group on every way out, so membership does not leak.
+
+The scope's user is read once, at connect, but a socket lives for hours: a
+correction is allowed only if the session, read again from its store, still
+belongs to an active user who holds ``library.correct_stock`` now.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from importlib import import_module
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import get_user
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import close_old_connections
+from django.http import HttpRequest
 
 from library.errors import LibraryError
 from library.models import Book, Branch
+from library.permissions import CORRECT_STOCK, user_may
 from library.services import stock_correct
 from library.subscribers import branch_stock_state
 from realtime.accounting import delivery_record
@@ -58,6 +68,25 @@ def _correct(branch_id: int, book_id: int, on_shelf: int) -> int:
     if not Book.objects.filter(pk=book_id, branch_id=branch_id).exists():
         raise LibraryError(f"Book #{book_id} is not in this branch.", status=404)
     return stock_correct(book_id=book_id, on_shelf=on_shelf).on_shelf
+
+
+def _corrector(session_key: str | None) -> AbstractBaseUser | None:
+    """Return the session's user if they may correct stock now, else None.
+
+    The session comes fresh from its store and the user from the database, the way
+    an HTTP request would see them: after a logout the session is gone, after a
+    password change its hash no longer matches, a deactivated user or a revoked
+    permission fails ``user_may``.
+    """
+    close_old_connections()
+    if not session_key:
+        return None
+    request = HttpRequest()
+    request.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = get_user(request)
+    if isinstance(user, AbstractBaseUser) and user_may(user, CORRECT_STOCK):
+        return user
+    return None
 
 
 def _branch_exists(branch_id: int) -> bool:
@@ -109,6 +138,12 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         except ValueError:
             await self._error("invalid JSON")
             return
+        except RecursionError:
+            # A few kilobytes of "[" nest deeper than the interpreter's recursion
+            # limit; the decoder then raises this instead of ValueError, and left
+            # uncaught it would end the consumer (close 1011) over one bad frame.
+            await self._error("JSON nested too deeply")
+            return
         if not isinstance(request, dict):
             await self._error("a request is a JSON object with an action")
             return
@@ -121,9 +156,15 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
             await self._error(f"unknown action {str(action)[:40]!r}")
 
     async def _handle_correct(self, request: dict[str, Any]) -> None:
-        user = self.scope.get("user")
-        if user is None or not user.is_staff:
-            await self._error("only staff can correct a shelf count", code="forbidden")
+        session = self.scope.get("session")
+        user = await database_sync_to_async(_corrector)(
+            session.session_key if session is not None else None
+        )
+        if user is None:
+            await self._error(
+                "correcting a shelf count needs a signed-in user with the right",
+                code="forbidden",
+            )
             return
         book_id, on_shelf = request.get("book"), request.get("on_shelf")
         valid = (

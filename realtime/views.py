@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator
+from typing import Final
 
+import redis
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -27,6 +32,8 @@ from realtime.polling import (
     long_poll_limits_ms,
 )
 from realtime.sse import STREAMS, branch_start, branch_stream, job_stream
+
+log = logging.getLogger("realtime")
 
 
 def branch_live(request: HttpRequest, branch_id: int) -> HttpResponse:
@@ -164,12 +171,48 @@ async def branch_events(request: HttpRequest, branch_id: int) -> HttpResponseBas
     return _event_stream(await branch_stream(branch_id, last_id, start))
 
 
+# How long a client should wait before asking for the metrics again after Redis
+# failed to answer: long enough for a restart, short enough for a lab's poll loop.
+METRICS_RETRY_AFTER_S: Final = 5
+
+
+def _counters_or_none() -> dict[str, int] | None:
+    """Return the shared counters, or None when Redis does not answer in time."""
+    # Short timeouts: a Redis that is down must not hold the request (and a thread).
+    client = redis.Redis.from_url(
+        settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=1.0
+    )
+    try:
+        return counters_read(client)
+    except (redis.RedisError, OSError):
+        log.warning("realtime metrics: counters not readable", exc_info=True)
+        return None
+    finally:
+        client.close()
+
+
 async def realtime_metrics(request: HttpRequest) -> HttpResponseBase:
-    """Counters of every process (Redis) and this process's streams and waiters."""
+    """Counters of every process (Redis) and this process's streams and waiters.
+
+    Staff only: the answer names server pids and load. With lab routes on (only the
+    daphnes the labs, tests and benchmarks start) the labs read it signed out.
+    """
     if (refused := _method_get(request)) is not None:
         return refused
+    if not settings.LAB_ROUTES:
+        user = await request.auser()
+        if not user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not user.is_staff:
+            return _no_store(JsonResponse({"error": "staff only"}, status=403))
+    counters = await asyncio.to_thread(_counters_or_none)
+    if counters is None:
+        unavailable = JsonResponse(
+            {"error": "Redis is unavailable; the counters cannot be read"}, status=503
+        )
+        unavailable["Retry-After"] = str(METRICS_RETRY_AFTER_S)
+        return _no_store(unavailable)
     hub = change_hub()
-    counters = await asyncio.to_thread(counters_read)
     return _no_store(
         JsonResponse(
             {

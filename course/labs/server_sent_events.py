@@ -134,7 +134,12 @@ def live(params: Params, progress: Progress) -> Tables:
     url = f"/realtime/branches/{branch}/events"
     start = log_head()
     timeout = httpx.Timeout(30.0, read=READ_TIMEOUT_S)
-    with daphnes(progress, ["on"]) as servers, client_for(servers[0]) as client:
+    # Lab routes on: /realtime/metrics (read by _wait_closed) is otherwise staff only.
+    lab_routes = {"LIBRARY_LAB_ROUTES": "on"}
+    with (
+        daphnes(progress, ["on"], env=lab_routes) as servers,
+        client_for(servers[0]) as client,
+    ):
         before = counters_read()
         live_step(progress, 0.3, f"first connection: {first_count} events, then cut")
         headers = {"Last-Event-ID": str(start)}

@@ -128,7 +128,9 @@ def test_predict_run_compare_and_progress_in_the_browser(
     assert text is not None
     spec = text.predict
     assert spec is not None
-    expected = table_cell(default_tables("invalidation"), spec.table, spec.row, spec.column)
+    expected = table_cell(
+        default_tables("invalidation"), spec.table, spec.row, spec.column
+    )
     page.fill("#id_prediction", "7")
     page.click("[data-run]")
     page.wait_for_selector("[data-prediction-check]", timeout=30_000)
@@ -179,7 +181,8 @@ def test_lesson_pages_look_right_on_desktop_and_phone(live_site, browser, slug):
                 arg=image.element_handle(),
             )
         overflow = page.evaluate(
-            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            "document.documentElement.scrollWidth"
+            " - document.documentElement.clientWidth"
         )
         assert overflow <= 0, f"{slug} scrolls sideways at {width} px"
         page.screenshot(path=str(SHOTS / f"lesson-{slug}-{name}.png"), full_page=True)

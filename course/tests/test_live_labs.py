@@ -23,6 +23,7 @@ from course.labs.base import LabError, Tables
 from course.labs.registry import LABS, lab_get
 from jobs.models import JobStatus
 from library.models import Book, Branch, Loan, Member
+from library.permissions import RUN_LIVE_LAB, permission_get
 from messaging.models import DeadLetter, ProbeEffect
 from messaging.registry import MessageType, subscriptions_for
 
@@ -189,7 +190,9 @@ def test_live_wait_gives_a_one_line_reason():
 
 def staff_client() -> Client:
     client = Client()
-    client.force_login(User.objects.create_user("staff", password="x", is_staff=True))
+    staff = User.objects.create_user("staff", password="x", is_staff=True)
+    staff.user_permissions.add(permission_get(RUN_LIVE_LAB))
+    client.force_login(staff)
     return client
 
 
@@ -209,7 +212,7 @@ def test_live_checkbox_is_disabled_and_refused_for_non_staff(client, redis_clien
             headers={"accept": "application/json"},
         )
         assert response.status_code == 403
-        assert "Only staff" in response.json()["errors"]["live"][0]
+        assert "live-lab permission" in response.json()["errors"]["live"][0]
         html = someone.post("/course/dead-letter-queues/run", {"live": "on"})
         assert html.status_code == 403
     assert not JobStatus.objects.exists()

@@ -53,6 +53,8 @@ class JobStatus(models.Model):
         indexes = [
             models.Index(fields=["kind", "name", "-created_at"], name="job_kind_name")
         ]
+        # Named in library.permissions: start, cancel and resume reports.
+        permissions = [("run_report", "Can run, cancel and resume reports")]
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.name} {self.state} {self.progress:.0f}%"

@@ -13,13 +13,16 @@ from django.test import Client
 from jobs import report
 from jobs.models import JobStatus
 from jobs.tests.test_report import CHUNK, LOANS, make_loans, row, run, start
+from library.permissions import RUN_REPORT, permission_get
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def staff() -> User:
-    return User.objects.create_user("boss", password="pw-boss-123", is_staff=True)
+    boss = User.objects.create_user("boss", password="pw-boss-123", is_staff=True)
+    boss.user_permissions.add(permission_get(RUN_REPORT))
+    return boss
 
 
 @pytest.fixture

@@ -28,8 +28,10 @@ def states():
 
 
 def test_staff_with_view_permission_sees_definition_policy_and_lease(
-    client, states, redis_client
+    client, states, redis_client, settings
 ):
+    # The admin shows times in the site's zone; a zone away from UTC shows it does.
+    settings.TIME_ZONE = "Europe/Istanbul"
     staff = User.objects.create_user("clerk", password="pw", is_staff=True)
     staff.user_permissions.add(
         Permission.objects.get(codename="view_scheduledtaskstate")

@@ -34,9 +34,16 @@ class UTCDateTimeField(forms.DateTimeField):
             return super().to_python(value)
 
 
+# The offset column's range (a 64-bit BigIntegerField): a bigger number would only
+# fail in the database driver (OverflowError, a 500) instead of on the form.
+OFFSET_MAX = 2**63 - 1
+
+
 class RewindForm(forms.Form):
     offset = forms.IntegerField(
         required=False,
+        min_value=0,
+        max_value=OFFSET_MAX,
         label="Offset",
         help_text="The last offset taken as applied: the replay starts after it.",
     )
@@ -160,7 +167,8 @@ class StreamConsumerAdmin(ActionOnlyChangeMixin, admin.ModelAdmin[StreamConsumer
     def rewind_view(self, request: HttpRequest, name: str) -> HttpResponse:
         """Ask for an offset or a time and whether to rebuild; rewind on POST.
 
-        A refused offset (trimmed, negative) comes back as a form error.
+        A refused offset (negative, trimmed, past the newest message, beyond the
+        64-bit range) comes back as a form error.
         """
         if not self.has_change_permission(request):
             raise PermissionDenied

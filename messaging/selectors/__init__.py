@@ -5,13 +5,15 @@ against one instant and tests can pin it. The ``*_rows`` functions annotate an
 admin's queryset, so its numbers are computed in the page's one query and its
 columns can be sorted by them.
 
-Sub-modules: ``overview`` (the index's counts, lag and dead-letter clusters) and, for
+Sub-modules: ``overview`` (the index's counts, lag and dead-letter clusters),
+``deadletters`` (the worker deaths behind a letter) and, for
 the depth pages, ``subscriptions``, ``partitions`` and ``streams``, with ``offsets``
 shared by them. Every name is re-exported here.
 """
 
 from __future__ import annotations
 
+from messaging.selectors.deadletters import deadletter_rows, worker_deaths
 from messaging.selectors.offsets import newest_offset
 from messaging.selectors.overview import (
     DeadLetterCluster,
@@ -50,6 +52,7 @@ __all__ = [
     "SubscriptionDepth",
     "deadletter_clusters",
     "deadletter_open_count",
+    "deadletter_rows",
     "messaging_overview",
     "newest_offset",
     "outbox_lag",
@@ -60,4 +63,5 @@ __all__ = [
     "subscription_counts",
     "subscription_depth_rows",
     "subscription_depths",
+    "worker_deaths",
 ]

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from messaging.models import DeadLetter, Delivery, OutboxMessage
 from messaging.registry import SUBSCRIPTIONS
+from messaging.selectors.deadletters import worker_deaths
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class DeadLetterCluster:
     last_error: str
     count: int
     oldest: datetime.timedelta  # since the oldest letter of the cluster went dead
+    # Letters of the cluster whose earlier attempts killed their worker.
+    killed_workers: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,8 +97,11 @@ def outbox_lag(*, now: datetime.datetime | None = None) -> OutboxLag:
 
 
 def deadletter_open_count() -> int:
-    """Return how many dead letters wait for an operator (not redriven)."""
-    return DeadLetter.objects.filter(redriven_at__isnull=True).count()
+    """Return how many dead letters wait for an operator (not redriven, not
+    discarded)."""
+    return DeadLetter.objects.filter(
+        redriven_at__isnull=True, discarded_at__isnull=True
+    ).count()
 
 
 def deadletter_clusters(
@@ -108,10 +114,15 @@ def deadletter_clusters(
     """
     now = now or timezone.now()
     rows = (
-        DeadLetter.objects.filter(redriven_at__isnull=True)
+        DeadLetter.objects.filter(redriven_at__isnull=True, discarded_at__isnull=True)
+        .annotate(worker_deaths=worker_deaths())
         .order_by()
         .values("subscription", "last_error")
-        .annotate(count=Count("id"), oldest=Min("last_failed_at"))
+        .annotate(
+            count=Count("id"),
+            oldest=Min("last_failed_at"),
+            killed_workers=Count("id", filter=Q(worker_deaths__gt=0)),
+        )
         .order_by("-count", "oldest", "subscription", "last_error")
     )
     return [
@@ -120,6 +131,7 @@ def deadletter_clusters(
             last_error=row["last_error"],
             count=row["count"],
             oldest=max(now - row["oldest"], datetime.timedelta(0)),
+            killed_workers=row["killed_workers"],
         )
         for row in rows
     ]

@@ -11,15 +11,19 @@ Guarantees, and where each comes from:
 
 Sub-modules, in the order a message meets them: ``publish`` (outbox and relay),
 ``subscriptions`` (which subscription takes which message), ``claim``, ``process``,
-``drain`` (the worker's step) and ``deadletters`` (redrive). The names other modules
-use are re-exported here.
+``drain`` (the worker's step) and ``deadletters`` (redrive, discard). The names other
+modules use are re-exported here.
 """
 
 from __future__ import annotations
 
 from messaging.services.claim import _lease as _lease
 from messaging.services.claim import deliveries_claim, lane_subscriptions
-from messaging.services.deadletters import deadletter_redrive
+from messaging.services.deadletters import (
+    deadletter_discard,
+    deadletter_redrive,
+    deadletter_redrive_cluster,
+)
 from messaging.services.drain import DrainReport, messaging_drain, work_remaining
 from messaging.services.process import Handler as Handler
 from messaging.services.process import Outcome, deliveries_process, delivery_process
@@ -30,7 +34,9 @@ from messaging.services.subscriptions import subscription_start, subscription_st
 __all__ = [
     "DrainReport",
     "Outcome",
+    "deadletter_discard",
     "deadletter_redrive",
+    "deadletter_redrive_cluster",
     "deliveries_claim",
     "deliveries_process",
     "delivery_process",

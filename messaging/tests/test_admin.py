@@ -82,7 +82,12 @@ def csrf_token(client, url):
 
 
 def post_redrive(client, ids, *, token=None):
-    data = {"action": "redrive", "_selected_action": [str(pk) for pk in ids]}
+    """Post the confirmed redrive, as the confirmation page's form sends it."""
+    data = {
+        "action": "redrive",
+        "_selected_action": [str(pk) for pk in ids],
+        "post": "yes",
+    }
     if token is not None:
         data["csrfmiddlewaretoken"] = token
     return client.post(reverse(CHANGELIST), data, follow=True)
@@ -212,10 +217,12 @@ def test_second_redrive_of_the_same_letter_redrives_none(operator, letters):
     again = post_redrive(client, [*ids, letters[1].pk], token=token)
     assert page_messages(again) == [
         "Redrove 1 dead letter(s).",
-        "Skipped 1 dead letter(s): already redriven.",
+        "Skipped 1 dead letter(s): already redriven or discarded.",
     ]
     alone = post_redrive(client, ids, token=token)
-    assert page_messages(alone) == ["Skipped 1 dead letter(s): already redriven."]
+    assert page_messages(alone) == [
+        "Skipped 1 dead letter(s): already redriven or discarded."
+    ]
     letters[0].refresh_from_db()
     assert letters[0].redrive_count == 1
 
@@ -279,14 +286,14 @@ def test_clusters_view_groups_open_letters(operator_client, letters):
     response = operator_client.get(reverse(CLUSTERS))
     assert response.status_code == 200
     rows = [
-        (c.subscription, c.last_error, c.count) for c, _ in response.context["rows"]
+        (c.subscription, c.last_error, c.count) for c, *_ in response.context["rows"]
     ]
     assert rows == [
         ("broadcast", BROADCAST_ERROR, 3),
         ("notification", NOTIFY_ERROR.format(1), 2),
         ("notification", NOTIFY_ERROR.format(2), 1),
     ]
-    ages = [c.oldest for c, _ in response.context["rows"]]
+    ages = [c.oldest for c, *_ in response.context["rows"]]
     assert (
         datetime.timedelta(hours=3) <= ages[1] < datetime.timedelta(hours=3, minutes=1)
     )
@@ -301,7 +308,7 @@ def test_cluster_link_lists_exactly_that_clusters_open_letters(
     from messaging.services import deadletter_redrive
 
     response = operator_client.get(reverse(CLUSTERS))
-    (cluster, url) = response.context["rows"][1]
+    (cluster, url, _) = response.context["rows"][1]
     assert cluster.last_error == NOTIFY_ERROR.format(1)
     assert url in response.text.replace("&amp;", "&")
     listed = operator_client.get(url).context["cl"]

@@ -448,7 +448,10 @@ def test_rewind_without_rebuild_keeps_the_projection(operator_client, consumer):
     assert StockProjection.objects.count() == 1
 
 
-def test_rewind_to_a_time_read_as_utc(operator_client, consumer, log_rows):
+def test_rewind_to_a_time_read_as_utc(operator_client, consumer, log_rows, settings):
+    # The site's zone is UTC by default; a zone three hours away proves the form
+    # reads the time as UTC and not in the site's zone.
+    settings.TIME_ZONE = "Europe/Istanbul"
     moment = timezone.now() - datetime.timedelta(hours=2, minutes=30)
     at = moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     response = operator_client.post(rewind_url(), {"at": at})

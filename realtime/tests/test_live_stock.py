@@ -13,6 +13,7 @@ from django.test import Client
 
 from config.asgi import application
 from library.models import Book, Branch, Member
+from library.permissions import CORRECT_STOCK, permission_get
 from library.services import loan_issue
 from messaging.models import OutboxMessage
 from messaging.services import messaging_drain
@@ -38,6 +39,8 @@ def session_cookie(*, staff: bool) -> tuple[bytes, bytes]:
     user = get_user_model().objects.create_user(
         "staffer" if staff else "visitor", password="x", is_staff=staff
     )
+    if staff:
+        user.user_permissions.add(permission_get(CORRECT_STOCK))
     client = Client()
     client.force_login(user)
     return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())

@@ -26,7 +26,7 @@ from library.services import stock_correct
 from messaging.models import LogRetention, OutboxMessage
 from realtime.polling import LOG_GRACE
 from realtime.sse import STREAMS
-from tests.processes import free_port, start_daphne, stop
+from tests.processes import child_env, free_port, start_daphne, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -48,7 +48,8 @@ def job(library) -> JobStatus:
 @pytest.fixture
 def daphne(job):
     port = free_port()
-    process = start_daphne(port)
+    # Lab routes on: the tests read /realtime/metrics signed out, as the labs do.
+    process = start_daphne(port, env={**child_env(), "LIBRARY_LAB_ROUTES": "on"})
     try:
         yield port, process
     finally:

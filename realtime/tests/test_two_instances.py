@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 from websockets.typing import Origin
 
 from library.models import Book, Branch, Member
+from library.permissions import ISSUE_LOAN, permission_get
 from tests.browser import needs_chromium
 from tests.processes import free_port, start_daphne, start_manage, stop
 
@@ -34,7 +35,10 @@ def library(transactional_db):
     Member.objects.create(
         id=1, first_name="Ada", last_name="L", registered_at=datetime.date(2024, 1, 1)
     )
-    get_user_model().objects.create_user("desk", password=PASSWORD, is_staff=True)
+    desk = get_user_model().objects.create_user(
+        "desk", password=PASSWORD, is_staff=True
+    )
+    desk.user_permissions.add(permission_get(ISSUE_LOAN))
     return branch
 
 

@@ -1,19 +1,30 @@
 """Which anonymous pages the page tier keeps, and under which key.
 
-The branch is the tenant, and the full path and query are the criteria. A book page
-names the book's version in its key; a catalogue page depends on the branch's list or
-search generation. The hottest page kind is split into ``HOT_COPIES`` keys.
+The branch is the tenant, and the path and the parameters the page reads are the
+criteria. A book page names the book's version in its key; a catalogue page depends
+on the branch's list or search generation. The hottest page kind is split into
+``HOT_COPIES`` keys.
+
+Only the parameters a page reads are in its key, each in its canonical form, so a
+parameter the page ignores (``utm_source``, a cache buster) cannot make a key of its
+own: a stream of unique junk would otherwise grow Redis without bound. Such a
+request may still be served the page's entry, but its own rendering is never kept,
+because the body echoes the full path (the sign-in link's ``next``) and would carry
+the junk to every later visitor. A value the tier does not model (``page=0``, a
+repeated parameter, an over-long search) leaves the request to the view untouched.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple, cast
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
+from django.forms import CharField
 from django.http import HttpRequest
 from django.urls import Resolver404, resolve
 
@@ -21,57 +32,89 @@ from library.cache import reads
 from library.cache.keys import KeySpec
 from library.cache.reads import LIST, SEARCH
 from library.cache.store import generation_key
+from library.forms import BookSearchForm
 from library.models import Book
 
-PAGE: Final = KeySpec(namespace="page", operation="http", schema_version=3)
+# Schema 4: the criteria are the canonical parameters, no longer the raw query.
+PAGE: Final = KeySpec(namespace="page", operation="http", schema_version=4)
 HOT_COPIES: Final = 4
 
 _rng = random.Random()
+
+# A parameter's canonical value: "" when it asks what its absence asks, None when
+# the tier does not model the value (the view may read it another way).
+Canonical = Callable[[str], str | None]
+# The canonical parameters of one request, by name.
+Query = Mapping[str, str]
+
+# The form's own limit, so the two cannot drift apart.
+_SEARCH_MAX: Final = cast(CharField, BookSearchForm.base_fields["q"]).max_length or 0
+# A page number as the site's own links write it. Paginator.get_page turns anything
+# else into some page (a junk value into the first, 0 into the last), which is not
+# worth modelling: those requests go to the view.
+_PAGE_NUMBER: Final = re.compile(r"[1-9][0-9]{0,5}")
+
+
+def _search_text(value: str) -> str | None:
+    # As BookSearchForm cleans it; an over-long query is the view's to handle.
+    text = value.strip()
+    return text if len(text) <= _SEARCH_MAX else None
+
+
+def _page_number(value: str) -> str | None:
+    if _PAGE_NUMBER.fullmatch(value) is None:
+        return None
+    return "" if value == "1" else value  # page 1 is the page without a number
 
 
 @dataclass(frozen=True)
 class PageKind:
     """How one route's anonymous page is keyed and how long it lives."""
 
-    # (request, view kwargs) -> (key, dependency), or None when the page cannot be
-    # keyed (no such row). The dependency is the Redis key of a generation counter
-    # the page was rendered under, or None when the key itself names the version.
-    key: Callable[[HttpRequest, dict[str, Any]], tuple[str, str | None] | None]
+    # (request, view kwargs, canonical query) -> (key, dependency), or None when the
+    # page cannot be keyed (no such row). The dependency is the Redis key of a
+    # generation counter the page was rendered under, or None when the key itself
+    # names the version.
+    key: Callable[[HttpRequest, dict[str, Any], Query], tuple[str, str | None] | None]
     lifetime_s: int
     jitter_s: int
-    copies: Callable[[HttpRequest], int] = lambda request: 1
+    copies: Callable[[Query], int] = lambda query: 1
+    # The parameters the view reads, each with its canonical form; any other
+    # parameter is ignored by the view, so it is kept out of the key.
+    params: Mapping[str, Canonical] = field(default_factory=dict)
     # The key reads the database: only the Django middleware may look it up (the
     # ASGI front runs on the event loop, where database calls are not allowed).
     needs_database: bool = False
 
 
-def _full_path(request: HttpRequest) -> str:
-    return request.get_full_path()
+def _criteria(
+    request: HttpRequest, view: str, query: Query
+) -> dict[str, str | int | None]:
+    # The "p." prefix keeps a parameter named "view" or "path" from replacing those.
+    criteria: dict[str, str | int | None] = {"view": view, "path": request.path}
+    criteria.update({f"p.{name}": value for name, value in query.items()})
+    return criteria
 
 
 def _catalogue_key(
-    request: HttpRequest, kwargs: dict[str, Any]
+    request: HttpRequest, kwargs: dict[str, Any], query: Query
 ) -> tuple[str, str | None]:
     tenant = reads.branch_tenant(int(kwargs["branch_id"]))
-    spec = SEARCH if request.GET.get("q") else LIST
-    key = PAGE.key(
-        tenant=tenant, criteria={"view": "branch-books", "path": _full_path(request)}
-    )
+    spec = SEARCH if query.get("q") else LIST
+    key = PAGE.key(tenant=tenant, criteria=_criteria(request, "branch-books", query))
     return key, generation_key(spec.namespace, tenant)
 
 
 def _stock_list_key(
-    request: HttpRequest, kwargs: dict[str, Any]
+    request: HttpRequest, kwargs: dict[str, Any], query: Query
 ) -> tuple[str, str | None]:
     tenant = reads.branch_tenant(int(kwargs["branch_id"]))
-    key = PAGE.key(
-        tenant=tenant, criteria={"view": "branch-stock", "path": _full_path(request)}
-    )
+    key = PAGE.key(tenant=tenant, criteria=_criteria(request, "branch-stock", query))
     return key, generation_key(LIST.namespace, tenant)
 
 
 def _book_key(
-    request: HttpRequest, kwargs: dict[str, Any]
+    request: HttpRequest, kwargs: dict[str, Any], query: Query
 ) -> tuple[str, str | None] | None:
     # The version is read from the database, as the data tier does: it is bumped in
     # the change's own transaction, so the key can never name an older page.
@@ -86,26 +129,27 @@ def _book_key(
     key = PAGE.key(
         tenant=reads.branch_tenant(branch_id),
         criteria={
-            "view": "book-detail",
+            **_criteria(request, "book-detail", query),
             "v": version,
             "u": int(updated_at.timestamp() * 1_000_000),
-            "path": _full_path(request),
         },
     )
     return key, None
 
 
-def _first_catalogue_page(request: HttpRequest) -> int:
+def _first_catalogue_page(query: Query) -> int:
     # Every visitor of a branch lands on its first, unsearched page: the hot key.
-    plain = not request.GET or (
-        set(request.GET) == {"page"} and request.GET["page"] == "1"
-    )
+    plain = not any(query.values())
     return HOT_COPIES if plain else 1
 
 
 PAGES: Final[dict[str, PageKind]] = {
     "branch-books": PageKind(
-        key=_catalogue_key, lifetime_s=60, jitter_s=15, copies=_first_catalogue_page
+        key=_catalogue_key,
+        lifetime_s=60,
+        jitter_s=15,
+        copies=_first_catalogue_page,
+        params={"q": _search_text, "page": _page_number},
     ),
     "branch-stock": PageKind(key=_stock_list_key, lifetime_s=60, jitter_s=15),
     "book-detail": PageKind(
@@ -118,6 +162,33 @@ class PageLookup(NamedTuple):
     key: str
     kind: PageKind
     dependency: str | None
+    # False when the request held more than the canonical query: its page may be
+    # served from the entry but its own rendering echoes the extra and is not kept.
+    storable: bool = True
+
+
+def _canonical_query(
+    request: HttpRequest, params: Mapping[str, Canonical]
+) -> tuple[dict[str, str], bool] | None:
+    """Return the canonical parameters and whether the request held only them.
+
+    None when a value is one the tier does not model: the request is the view's.
+    """
+    query: dict[str, str] = {}
+    exact = True
+    for name, values in request.GET.lists():
+        canonical = params.get(name)
+        if canonical is None:
+            exact = False  # the view ignores it, so the key does too
+            continue
+        if len(values) != 1:
+            return None  # the view reads the last one; not worth modelling
+        value = canonical(values[0])
+        if value is None:
+            return None
+        exact = exact and value == values[0]
+        query[name] = value
+    return query, exact
 
 
 def may_be_page(request: HttpRequest) -> bool:
@@ -156,11 +227,15 @@ def page_key(request: HttpRequest, *, no_database: bool = False) -> PageLookup |
     kind = PAGES.get(match.url_name or "")
     if kind is None or (no_database and kind.needs_database):
         return None
-    keyed = kind.key(request, match.kwargs)
+    canonical = _canonical_query(request, kind.params)
+    if canonical is None:
+        return None
+    query, storable = canonical
+    keyed = kind.key(request, match.kwargs, query)
     if keyed is None:
         return None
     key, dependency = keyed
-    copies = kind.copies(request)
+    copies = kind.copies(query)
     if copies > 1:
         key = f"{key}#c{_rng.randrange(copies)}"
-    return PageLookup(key, kind, dependency)
+    return PageLookup(key, kind, dependency, storable)

@@ -122,7 +122,7 @@ class PageCacheMiddleware:
         while the view renders, the page is stored under the old generation and the
         next reader, seeing the new one, treats it as a miss.
         """
-        if not _storable(response):
+        if not lookup.storable or not _storable(response):
             return
         head = _head(response, generation)
         kind = lookup.kind

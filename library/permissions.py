@@ -1,0 +1,75 @@
+"""The named rights of the site, in one place, and the view guard that checks them.
+
+Being staff only opens the admin; every privileged action needs its own permission
+(a superuser has them all). The custom ones are declared in ``Meta.permissions`` of
+the model they act on (``library.Loan``, ``library.Book``, ``jobs.JobStatus``,
+``course.LessonProgress``), so the admin can grant them to a user or a group;
+django-rq brings its own dashboard permission.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Concatenate, Final, ParamSpec
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, Permission, PermissionsMixin
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+ISSUE_LOAN: Final = "library.issue_loan"
+RETURN_LOAN: Final = "library.return_loan"
+CORRECT_STOCK: Final = "library.correct_stock"
+RUN_REPORT: Final = "jobs.run_report"
+RUN_LIVE_LAB: Final = "course.run_live_lab"
+# django-rq's own (django_rq.models.Dashboard): its dashboard and every action in it.
+RQ_DASHBOARD: Final = "django_rq.admin"
+NAMED: Final = (
+    ISSUE_LOAN,
+    RETURN_LOAN,
+    CORRECT_STOCK,
+    RUN_REPORT,
+    RUN_LIVE_LAB,
+    RQ_DASHBOARD,
+)
+
+P = ParamSpec("P")
+View = Callable[Concatenate[HttpRequest, P], HttpResponse]
+
+
+def permission_get(name: str) -> Permission:
+    """Return the Permission row of ``name`` ("app_label.codename"), to grant it."""
+    app_label, codename = name.split(".", 1)
+    return Permission.objects.get(content_type__app_label=app_label, codename=codename)
+
+
+def user_may(user: AbstractBaseUser | AnonymousUser, perm: str) -> bool:
+    """Return whether ``user`` holds ``perm`` (inactive users hold nothing)."""
+    if not (user.is_authenticated and user.is_active):
+        return False
+    return isinstance(user, PermissionsMixin) and user.has_perm(perm)
+
+
+def permission_required(perm: str) -> Callable[[View[P]], View[P]]:
+    """Send anonymous users to sign in; answer 403 to anyone without ``perm``.
+
+    Unlike Django's ``permission_required`` a signed-in user never lands on the
+    login form, which would only ask them to sign in again.
+    """
+
+    def decorator(view: View[P]) -> View[P]:
+        @functools.wraps(view)
+        def wrapper(
+            request: HttpRequest, /, *args: P.args, **kwargs: P.kwargs
+        ) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            if not user_may(request.user, perm):
+                raise PermissionDenied("You do not have the permission for this.")
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator

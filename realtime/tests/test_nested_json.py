@@ -1,0 +1,41 @@
+"""A frame of deeply nested JSON gets an error frame; the live shelf socket stays."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from channels.testing import WebsocketCommunicator
+
+from config.asgi import application
+from library.models import Book, Branch
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+ORIGIN = (b"origin", b"http://127.0.0.1")
+
+
+@pytest.fixture
+def branch(redis_client) -> Branch:
+    branch = Branch.objects.create(id=1, name="Central", city="Ankara")
+    Book.objects.create(id=1, title="Dune", author="Herbert", branch=branch, on_shelf=2)
+    return branch
+
+
+@pytest.mark.parametrize(
+    "frame",
+    ["[" * 2000, "[" * 4000, '[{"a":' * 600, "[" * 1500 + "]" * 1500],
+    ids=["open-2000", "open-4000", "mixed-1200", "closed-1500"],
+)
+async def test_deeply_nested_json_gets_an_error_frame_and_the_socket_stays(
+    branch, frame
+):
+    ws = WebsocketCommunicator(application, "/ws/branches/1/stock/", headers=[ORIGIN])
+    connected, _ = await ws.connect()
+    assert connected
+    assert (await ws.receive_json_from())["type"] == "snapshot"
+    await ws.send_to(text_data=frame)
+    reply = await ws.receive_json_from()
+    assert (reply["type"], reply["code"]) == ("error", "bad_request")
+    await ws.send_to(text_data=json.dumps({"action": "snapshot"}))
+    assert (await ws.receive_json_from())["type"] == "snapshot"  # still usable
+    await ws.disconnect()
