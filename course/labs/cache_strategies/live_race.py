@@ -83,9 +83,11 @@ class LiveRace:
         b.start()
         try:
             b.finish()
+            # Look before A is let go: once released, A may store its old value
+            # before this reads the key (a CI failure under load: 3 instead of -).
+            self.note(form, f"B wrote the origin and {_AFTER_WRITE[form]}", key_now())
         finally:
             b_done.set()
-        self.note(form, f"B wrote the origin and {_AFTER_WRITE[form]}", key_now())
         a.finish()
         self.note(form, "A stored the value it read before B's write", key_now())
         stale = sum(1 for _ in range(RACE_READS) if read() != shelf_read(RACE_BOOK))
