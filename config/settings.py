@@ -194,18 +194,20 @@ LAB_QUEUE_CAPACITY = env_int("LIBRARY_LAB_QUEUE_CAPACITY", 20, minimum=1)
 # an idle consumer's read could time out first and kill its socket with 1011. The read
 # timeout stays finite, to notice a Redis that stopped answering, but clears the pop
 # by three times its length.
+_CHANNEL_HOST: dict[str, object] = {
+    "address": REDIS_URL,
+    "socket_timeout": 15,
+    "socket_connect_timeout": 2,
+}
+if not REDIS_URL.startswith("unix:"):
+    # TCP only: redis-py's unix-socket connection (the embedded Redis) takes no
+    # keepalive option and refuses to start with it.
+    _CHANNEL_HOST["socket_keepalive"] = True
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [
-                {
-                    "address": REDIS_URL,
-                    "socket_timeout": 15,
-                    "socket_connect_timeout": 2,
-                    "socket_keepalive": True,
-                }
-            ],
+            "hosts": [_CHANNEL_HOST],
             "capacity": 1000,
             "expiry": 30,
             "prefix": env_str("LIBRARY_CHANNEL_PREFIX", "asgi"),
