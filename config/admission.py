@@ -15,6 +15,11 @@ process, on its event loop (no locks: every decision runs between two awaits):
   entering Django; it is counted and summarised in at most one log line every
   ``LOG_EVERY_S`` (an accepted request costs a full access path, a rejection an
   increment);
+- given a ``ShedRecorder`` (the composition root hands it one that writes the
+  operations history in Redis), each shed is also recorded there: ``record`` is an
+  in-memory update on the loop, and a flush is scheduled ``SHED_FLUSH_S`` after the
+  first unflushed shed and runs in the loop's default executor, so Redis is never
+  awaited on the loop and a burst costs one write per interval;
 - exempt routes (long polls, event streams, static files) pass through uncounted:
   they hold connections, not workers. WebSockets never come here (``config.asgi``
   routes them to Channels).
@@ -40,7 +45,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import parse_qs
 
 Scope = MutableMapping[str, Any]
@@ -52,7 +57,18 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 log = logging.getLogger("config.admission")
 
 LOG_EVERY_S: Final = 10.0
+SHED_FLUSH_S: Final = 1.0
 SHED_BODY: Final = b"shed\n"
+
+
+class ShedRecorder(Protocol):
+    """Where shed requests are recorded beyond this process's own counters."""
+
+    def record(self, priority: str, reason: str) -> None:
+        """Count one shed request; no I/O (called on the event loop)."""
+
+    def flush(self) -> None:
+        """Write what ``record`` buffered; may block (never called on the loop)."""
 
 
 class Priority(IntEnum):
@@ -143,18 +159,23 @@ class AdmissionControl:
         limits: Limits | None = None,
         enabled: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        shed_recorder: ShedRecorder | None = None,
     ) -> None:
         self.app = app
         self.limits = limits or Limits()
         self.enabled = enabled
         self.clock = clock
         self.stats = AdmissionStats()
+        self.shed_recorder = shed_recorder
         self._waiters: list[_Waiter] = []
         self._logged_at = 0.0
         self._unlogged: Counter[tuple[str, str]] = Counter()
+        self._flush_scheduled = False
 
     @classmethod
-    def from_settings(cls, app: ASGIApp) -> AdmissionControl:
+    def from_settings(
+        cls, app: ASGIApp, *, shed_recorder: ShedRecorder | None = None
+    ) -> AdmissionControl:
         from django.conf import settings
 
         limits = Limits(
@@ -164,7 +185,12 @@ class AdmissionControl:
             budget_ms=settings.ADMISSION_QUEUE_BUDGET_MS,
             retry_after_s=settings.ADMISSION_RETRY_AFTER_S,
         )
-        return cls(app, limits=limits, enabled=settings.ADMISSION_ENABLED)
+        return cls(
+            app,
+            limits=limits,
+            enabled=settings.ADMISSION_ENABLED,
+            shed_recorder=shed_recorder,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.enabled:
@@ -275,12 +301,30 @@ class AdmissionControl:
         key = (priority.name.lower(), reason)
         self.stats.shed[key] += 1
         self._unlogged[key] += 1
+        if self.shed_recorder is not None:
+            self.shed_recorder.record(*key)
+            self._schedule_shed_flush()
         now = self.clock()
         if now - self._logged_at >= LOG_EVERY_S:
             summary = ", ".join(f"{c}/{r}={n}" for (c, r), n in self._unlogged.items())
             log.warning("admission: shed %s in the last %.0f s", summary, LOG_EVERY_S)
             self._unlogged.clear()
             self._logged_at = now
+
+    def _schedule_shed_flush(self) -> None:
+        # One flush per interval however many sheds: under overload a shed must stay
+        # an increment, and the write must not wait on Redis on the loop.
+        if self._flush_scheduled:
+            return
+        self._flush_scheduled = True
+        loop = asyncio.get_running_loop()
+        loop.call_later(SHED_FLUSH_S, self._flush_sheds, loop)
+
+    def _flush_sheds(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._flush_scheduled = False  # sheds from now on go to the next flush
+        recorder = self.shed_recorder
+        if recorder is not None:
+            loop.run_in_executor(None, recorder.flush)
 
     async def _reject(self, send: Send) -> None:
         await send(
@@ -335,11 +379,11 @@ class LabRoutes:
         await send({"type": "http.response.body", "body": body})
 
 
-def http_stack(app: ASGIApp) -> ASGIApp:
+def http_stack(app: ASGIApp, *, shed_recorder: ShedRecorder | None = None) -> ASGIApp:
     """Wrap the HTTP app: lab routes when enabled, admission control outermost."""
     from django.conf import settings
 
     inner = app
     if settings.LAB_ROUTES:
         inner = LabRoutes(inner, work_capacity=settings.LAB_WORK_CAPACITY)
-    return AdmissionControl.from_settings(inner)
+    return AdmissionControl.from_settings(inner, shed_recorder=shed_recorder)

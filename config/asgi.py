@@ -17,14 +17,18 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from config.admission import http_stack  # noqa: E402
+from jobs.telemetry import SeriesShedRecorder  # noqa: E402
 from library.cache.pages import PageTierASGI  # noqa: E402
 from realtime.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # Admission control sheds overload first (config.admission); stored
-        # anonymous pages are then answered without entering Django.
-        "http": http_stack(PageTierASGI(django_asgi_app)),
+        # Admission control sheds overload first (config.admission) and records each
+        # shed in the operations history; stored anonymous pages are then answered
+        # without entering Django.
+        "http": http_stack(
+            PageTierASGI(django_asgi_app), shed_recorder=SeriesShedRecorder()
+        ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

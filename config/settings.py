@@ -149,6 +149,16 @@ RQ_QUEUES = {
 RQ = {"COMMIT_MODE": "on_db_commit"}
 RQ_SHOW_ADMIN_LINK = True
 
+# The bearer token a Prometheus server sends to /metrics (library.exposition); empty:
+# only signed-in users with messaging.view_operations may read it. A guessable token
+# would open the numbers to anyone, so a short one stops start-up.
+METRICS_TOKEN = env_str("LIBRARY_METRICS_TOKEN", "").strip()
+if METRICS_TOKEN and len(METRICS_TOKEN) < 32:
+    raise ImproperlyConfigured(
+        "LIBRARY_METRICS_TOKEN must be at least 32 characters (or empty to turn "
+        "token access off)"
+    )
+
 # The messaging lease (visibility timeout): how long a claimed delivery stays hidden
 # from other workers before it is considered abandoned.
 MESSAGING_LEASE_SECONDS = env_int("MESSAGING_LEASE_SECONDS", 30, minimum=1)
@@ -184,6 +194,7 @@ REALTIME_LONG_POLL_DEFAULT_MS = env_int(
 REALTIME_POLL_INTERVAL_MS = env_int("REALTIME_POLL_INTERVAL_MS", 150, minimum=10)
 REALTIME_SSE_HEARTBEAT_S = env_int("REALTIME_SSE_HEARTBEAT_S", 15, minimum=1)
 REALTIME_SSE_RETRY_MS = env_int("REALTIME_SSE_RETRY_MS", 2000, minimum=100)
+REALTIME_PRESENCE_TTL_S = env_int("REALTIME_PRESENCE_TTL_S", 30, minimum=2)
 LAB_ROUTES = env_bool("LIBRARY_LAB_ROUTES", False)
 LAB_WORK_CAPACITY = env_int("LIBRARY_LAB_WORK_CAPACITY", 0, minimum=0)
 # Waiting places of the bounded "labs" queue (jobs.backpressure, drop_newest).

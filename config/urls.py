@@ -4,11 +4,14 @@ from django.urls import include, path
 from django_rq.urls import urlpatterns as rq_urlpatterns
 
 from jobs.admin_rq import rq_operator_patterns
+from library.exposition import prometheus_metrics
 
 urlpatterns = [
     # django-rq's views check only is_staff: each passes its permission first.
     path("admin/rq/", include((rq_operator_patterns(rq_urlpatterns), "django_rq"))),
     path("admin/", admin.site.urls),
+    # Prometheus's default metrics_path; a token or the view_operations permission.
+    path("metrics", prometheus_metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("course/", include("course.urls")),

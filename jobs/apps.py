@@ -3,3 +3,9 @@ from django.apps import AppConfig
 
 class JobsConfig(AppConfig):
     name = "jobs"
+
+    def ready(self) -> None:
+        # Imported here: it reads rq queues and settings, which need the app registry.
+        from jobs.telemetry import telemetry_register
+
+        telemetry_register()

@@ -179,6 +179,28 @@ def next_runs(
     return found
 
 
+# Far enough back to hold at least one run of any recurrence: the longest gap is
+# a day-31 monthly under "skip" (January 31 to March 31).
+_LOOKBACK = datetime.timedelta(days=100)
+
+
+def current_slot(definition: Recurrence, now: datetime.datetime) -> datetime.datetime:
+    """Return the newest run instant at or before ``now``: the slot now belongs to.
+
+    A run started by hand gets this slot, so a task whose effect belongs to a slot
+    (one reminder per loan per day) repeats the slot's effect instead of inventing
+    one for an instant the schedule never names.
+    """
+    now = _utc(now)
+    if isinstance(definition, Every):
+        upcoming = next_run(definition, now)
+        return upcoming - datetime.timedelta(seconds=definition.seconds)
+    slot = next_run(definition, now - _LOOKBACK)
+    while (following := next_run(definition, slot)) <= now:
+        slot = following
+    return slot
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """What the scheduler does for one task at one pass."""
@@ -297,6 +319,16 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
         pass_slot=True,
         lease_seconds=120,
         timeout_seconds=3600,
+    ),
+    PeriodicTask(
+        # The operations history's levels (jobs.series): inline, because a sample
+        # queued behind the backlog it measures would arrive when it matters least;
+        # the slot names the minute, so a late start still lands on its own.
+        name="series_sample",
+        func="jobs.series.series_sample",
+        recurrence=Every.minutes(1),
+        inline=True,
+        pass_slot=True,
     ),
 )
 

@@ -6,12 +6,17 @@ The scheduler process calls ``schedule_claim`` for each task and enqueues one
 calls ``scheduled_run``, which first acquires the task's lease in Redis. Whoever
 cannot get the lease skips the run: that is expected (another run is still going,
 or a second scheduler enqueued the same slot) and counted, not raised.
+
+A paused task (``ScheduledTaskState.paused_at``) runs nothing: the scheduler moves
+its next slot on past each due slot and counts them in ``paused_total``, and a run
+that was already queued when the pause came is dropped when a worker takes it.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import django_rq
@@ -23,7 +28,14 @@ from redis import Redis
 
 from jobs.locks import LeaseLock, lease, lease_holder
 from jobs.models import ScheduledTaskState
-from jobs.schedule import TASKS_BY_NAME, PeriodicTask, RunPlan, next_run, plan_runs
+from jobs.schedule import (
+    TASKS_BY_NAME,
+    CatchUp,
+    PeriodicTask,
+    RunPlan,
+    next_run,
+    plan_runs,
+)
 from library.models import Branch, Loan, Notification
 from library.subscribers import refresh_branch_stock
 from messaging.models import OutboxMessage
@@ -71,6 +83,8 @@ def schedule_claim(*, task: PeriodicTask, now: datetime.datetime) -> RunPlan | N
                 state.next_run_at = next_run(task.recurrence, now)
                 state.save(update_fields=["next_run_at"])
             return RunPlan((), 0, state.next_run_at)
+        if state.paused_at is not None:
+            return _pass_paused(task, state, now)
         plan = plan_runs(
             task.recurrence,
             state.next_run_at,
@@ -80,8 +94,10 @@ def schedule_claim(*, task: PeriodicTask, now: datetime.datetime) -> RunPlan | N
         )
         if not plan.run_slots:
             return plan
+        # Unpaused in the same compare-and-set: a pause that lands after the read
+        # above makes the claim lose, and the next pass counts the slot as paused.
         claimed = ScheduledTaskState.objects.filter(
-            name=task.name, next_run_at=state.next_run_at
+            name=task.name, next_run_at=state.next_run_at, paused_at__isnull=True
         ).update(
             next_run_at=plan.next_run_at, missed_total=F("missed_total") + plan.missed
         )
@@ -98,6 +114,30 @@ def schedule_claim(*, task: PeriodicTask, now: datetime.datetime) -> RunPlan | N
     return plan
 
 
+def _pass_paused(
+    task: PeriodicTask, state: ScheduledTaskState, now: datetime.datetime
+) -> RunPlan | None:
+    """Move a paused task's next slot past ``now`` without running; count the slots.
+
+    Call inside ``atomic()``. Every due slot counts, whatever the catch-up policy:
+    the operator chose not to run them, so none is kept to be made up on resume.
+    """
+    assert state.next_run_at is not None
+    plan = plan_runs(
+        task.recurrence, state.next_run_at, now, catch_up=CatchUp.NO_CATCH_UP
+    )
+    if not plan.run_slots:
+        return plan
+    passed = len(plan.run_slots) + plan.missed
+    claimed = ScheduledTaskState.objects.filter(
+        name=task.name, next_run_at=state.next_run_at, paused_at=state.paused_at
+    ).update(next_run_at=plan.next_run_at, paused_total=F("paused_total") + passed)
+    if claimed != 1:
+        return None  # another scheduler passed them, or the task was resumed
+    log.info("%s: paused, %d slot(s) passed without running", task.name, passed)
+    return RunPlan((), 0, plan.next_run_at)
+
+
 # --- the run's side (an rq work-horse, or the scheduler for inline tasks) ------------
 
 
@@ -111,27 +151,49 @@ def _state_update(name: str, **fields: Any) -> None:
 def scheduled_run(*, name: str, slot: datetime.datetime) -> str:
     """Run one slot of the task ``name`` under its lease; return what happened.
 
-    Returns ``"ran"`` or ``"skipped"``; a failing task records its error and raises,
-    so rq keeps the failure. Inline tasks take no lease: they run one after another
-    in the scheduler, and the slot claim already keeps a second scheduler away.
+    Returns ``"ran"``, ``"skipped"`` or ``"paused"``; a failing task records its
+    error and raises, so rq keeps the failure. Inline tasks take no lease: they run
+    one after another in the scheduler, and the slot claim already keeps a second
+    scheduler away.
     """
     task = TASKS_BY_NAME[name]
+    # Read when the run starts, not when it was queued: a run waiting in the queue
+    # when the operator paused the task must not go ahead.
+    if ScheduledTaskState.objects.filter(name=name, paused_at__isnull=False).exists():
+        log.info("%s: run for %s dropped, the task is paused", name, slot)
+        _state_update(name, paused_total=F("paused_total") + 1)
+        return "paused"
     if task.inline:
         return _run_and_record(task, slot, None)
+    return "ran" if leased_run(task=task, slot=slot).ran else "skipped"
+
+
+@dataclass(frozen=True)
+class LeasedRun:
+    ran: bool
+    outcome: str  # as recorded in ScheduledTaskState.last_outcome
+
+
+def leased_run(*, task: PeriodicTask, slot: datetime.datetime) -> LeasedRun:
+    """Run one slot of ``task`` if its lease is free; count a skip if it is held.
+
+    The one path of every leased run, the scheduler's and an operator's run-now
+    alike, so the two never overlap. A failing task records its error and raises.
+    """
     redis = schedule_redis()
-    with lease(redis, lease_name(name), lease_ms=task.lease_seconds * 1000) as held:
+    name = lease_name(task.name)
+    with lease(redis, name, lease_ms=task.lease_seconds * 1000) as held:
         if held is None:
-            holder = lease_holder(redis, lease_name(name), now=timezone.now())
+            holder = lease_holder(redis, name, now=timezone.now())
             by = holder.owner if holder else "a run that just finished"
             # Expected under overlap: informational, not an error.
-            log.info("%s: run for %s skipped, lease held by %s", name, slot, by)
+            log.info("%s: run for %s skipped, lease held by %s", task.name, slot, by)
+            outcome = f"skipped (locked by {by})"[:200]
             _state_update(
-                name,
-                skipped_total=F("skipped_total") + 1,
-                last_outcome=f"skipped (locked by {by})"[:200],
+                task.name, skipped_total=F("skipped_total") + 1, last_outcome=outcome
             )
-            return "skipped"
-        return _run_and_record(task, slot, held)
+            return LeasedRun(ran=False, outcome=outcome)
+        return LeasedRun(ran=True, outcome=_run_and_record(task, slot, held))
 
 
 def _run_and_record(
@@ -162,7 +224,7 @@ def _run_and_record(
         outcome = "ran (lease lost during the run)"
         log.warning("%s: lease lost while running slot %s", task.name, slot)
     _state_update(task.name, last_finished_at=timezone.now(), last_outcome=outcome)
-    return "ran"
+    return outcome
 
 
 # --- the periodic tasks of the library -----------------------------------------------

@@ -46,6 +46,7 @@ from library.cache.metrics import (
     metrics_read,
     metrics_reset,
 )
+from library.permissions import VIEW_OPERATIONS, user_may
 
 __all__ = [
     "RESET_PERMISSION",
@@ -289,6 +290,7 @@ def _render(
         "chart": _chart(report.table_rows) if report else None,
         "grid": (25, 50, 75, 100),
         "can_reset": can_reset(request),
+        "can_view_history": user_may(request.user, VIEW_OPERATIONS),
         "reset_form": form or ResetForm(initial={"window": window}),
     }
     return TemplateResponse(request, TEMPLATE, context, status=status)

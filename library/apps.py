@@ -6,8 +6,12 @@ class LibraryConfig(AppConfig):
     verbose_name = "Library"
 
     def ready(self) -> None:
-        # Imported here: the module reaches the admin site and the cache, which need
+        # Imported here: the modules reach the admin site and the cache, which need
         # the app registry.
         from library.admin_metrics import cache_metrics_install
+        from library.admin_operations import operations_history_install
+        from library.telemetry import telemetry_register
 
         cache_metrics_install()
+        operations_history_install()
+        telemetry_register()

@@ -3,8 +3,8 @@
 Being staff only opens the admin; every privileged action needs its own permission
 (a superuser has them all). The custom ones are declared in ``Meta.permissions`` of
 the model they act on (``library.Loan``, ``library.Book``, ``jobs.JobStatus``,
-``course.LessonProgress``), so the admin can grant them to a user or a group;
-django-rq brings its own dashboard permission.
+``jobs.ScheduledTaskState``, ``course.LessonProgress``), so the admin can grant
+them to a user or a group; django-rq brings its own dashboard permission.
 """
 
 from __future__ import annotations
@@ -23,16 +23,24 @@ ISSUE_LOAN: Final = "library.issue_loan"
 RETURN_LOAN: Final = "library.return_loan"
 CORRECT_STOCK: Final = "library.correct_stock"
 RUN_REPORT: Final = "jobs.run_report"
+# The scheduler's operator actions: running a task's slot now, pausing and resuming.
+RUN_SCHEDULED_TASK: Final = "jobs.run_scheduled_task"
+PAUSE_SCHEDULED_TASK: Final = "jobs.pause_scheduled_task"
 RUN_LIVE_LAB: Final = "course.run_live_lab"
 # django-rq's own (django_rq.models.Dashboard): its dashboard and every action in it.
 RQ_DASHBOARD: Final = "django_rq.admin"
+# The admin's Operations history and /metrics (declared on messaging.OutboxMessage).
+VIEW_OPERATIONS: Final = "messaging.view_operations"
 NAMED: Final = (
     ISSUE_LOAN,
     RETURN_LOAN,
     CORRECT_STOCK,
     RUN_REPORT,
+    RUN_SCHEDULED_TASK,
+    PAUSE_SCHEDULED_TASK,
     RUN_LIVE_LAB,
     RQ_DASHBOARD,
+    VIEW_OPERATIONS,
 )
 
 P = ParamSpec("P")

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 
 from library import views
+from library.views import desk
 
 urlpatterns: list[URLPattern] = [
     path("", views.home, name="home"),
@@ -15,6 +16,19 @@ urlpatterns: list[URLPattern] = [
     ),
     path("books/<int:book_id>/", views.book_detail, name="book-detail"),
     path("members/<int:member_id>/", views.member_detail, name="member-detail"),
-    path("loans/issue/", views.loan_issue, name="loan-issue"),
-    path("loans/<int:loan_id>/return/", views.loan_return, name="loan-return"),
+    path("loans/issue/", desk.loan_issue, name="loan-issue"),
+    path("loans/return/", desk.loan_find, name="loan-find"),
+    path("loans/<int:loan_id>/return/", desk.loan_return, name="loan-return"),
+    # The desk forms' suggestions (static/js/desk.js), each behind the desk's right.
+    path(
+        "loans/suggest/books.json", desk.desk_suggest_books, name="desk-suggest-books"
+    ),
+    path(
+        "loans/suggest/members.json",
+        desk.desk_suggest_members,
+        name="desk-suggest-members",
+    ),
+    path(
+        "loans/suggest/loans.json", desk.desk_suggest_loans, name="desk-suggest-loans"
+    ),
 ]

@@ -8,6 +8,12 @@ a client that sees a gap asks for a new snapshot.
 Each forwarded update is counted per group (``realtime.accounting``), and the
 consumer leaves its group on every way out, so membership does not leak.
 
+Every socket is counted among the branch's viewers (``realtime.presence``): the
+snapshot carries ``watching``, the count including this socket. A client that names
+its tab (``?tab=<random id>``, as the live page does) is counted once per tab across
+reconnects and is sent ``presence`` frames when the count changes; other clients
+(labs, benchmarks) are counted by connection and hear only stock frames.
+
 The scope's user is read once, at connect, but a socket lives for hours: a
 correction is allowed only if the session, read again from its store, still
 belongs to an active user who holds ``library.correct_stock`` now.
@@ -19,6 +25,7 @@ import json
 import logging
 from importlib import import_module
 from typing import Any
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -34,6 +41,14 @@ from library.permissions import CORRECT_STOCK, user_may
 from library.services import stock_correct
 from library.subscribers import branch_stock_state
 from realtime.accounting import delivery_record
+from realtime.presence import (
+    TAB_RULE,
+    PresenceEvent,
+    PresenceFrame,
+    Viewer,
+    presence_member,
+    tab_valid,
+)
 
 log = logging.getLogger("realtime")
 
@@ -94,9 +109,21 @@ def _branch_exists(branch_id: int) -> bool:
     return Branch.objects.filter(pk=branch_id).exists()
 
 
+def _tab(query_string: bytes) -> tuple[str | None, bool]:
+    """Return the ``tab`` the client named (None if none or invalid), and validity."""
+    values = parse_qs(query_string.decode("latin-1")).get("tab")
+    if values is None:
+        return None, True
+    if len(values) == 1 and tab_valid(values[0]):
+        return values[0], True
+    return None, False
+
+
 class LiveStockConsumer(AsyncWebsocketConsumer):
     branch_id: int
     group: str
+    viewer: Viewer
+    named_tab: bool
 
     async def connect(self) -> None:
         self.branch_id = int(self.scope["url_route"]["kwargs"]["branch_id"])
@@ -104,15 +131,29 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         if not await database_sync_to_async(_branch_exists)(self.branch_id):
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        tab, tab_ok = _tab(self.scope.get("query_string", b""))
+        self.named_tab = tab is not None or not tab_ok
+        self.viewer = Viewer(
+            branch_id=self.branch_id,
+            member=presence_member(tab, self.channel_name),
+            layer=self.channel_layer,
+            tell=self._tell_presence,
+        )
         # Subscribed before the snapshot is read, so no update falls between them.
         await self.channel_layer.group_add(self.group, self.channel_name)
         try:
             await self.accept()
-            await self._send(await database_sync_to_async(_snapshot)(self.branch_id))
+            await self.viewer.join()
+            await self._send_snapshot()
+            if not tab_ok:
+                await self._error(f"{TAB_RULE}; this socket is counted by connection")
+            self.viewer.start_beating()
         except BaseException:
             # A consumer whose connect raises never gets disconnect(): leave the
-            # group here, or its channel name stays in it for a day (group_expiry).
+            # group and the viewers here, or its channel name stays in the group
+            # for a day (group_expiry) and in the count for a TTL.
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.viewer.leave()
             raise
 
     async def disconnect(self, code: int) -> None:
@@ -120,6 +161,8 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         # group never keeps a channel nobody reads (realtime.accounting.group_size).
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if hasattr(self, "viewer"):
+            await self.viewer.leave()
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None
@@ -149,7 +192,7 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
             return
         action = request.get("action")
         if action == "snapshot":
-            await self._send(await database_sync_to_async(_snapshot)(self.branch_id))
+            await self._send_snapshot()
         elif action == "correct":
             await self._handle_correct(request)
         else:
@@ -192,6 +235,21 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         """Forward a broadcast of the channel layer (group message stock.update)."""
         await self._send({**event, "type": "update"})
         await delivery_record(self.group)
+
+    async def _send_snapshot(self) -> None:
+        snapshot = await database_sync_to_async(_snapshot)(self.branch_id)
+        # The count this socket knows, so a late joiner (or a resync) has it at once.
+        await self._send({**snapshot, "watching": self.viewer.watching})
+
+    async def presence_update(self, event: PresenceEvent) -> None:
+        """Take a presence broadcast (group message presence.update)."""
+        if self.viewer.apply(event):
+            await self._tell_presence(self.viewer.watching)
+
+    async def _tell_presence(self, watching: int | None) -> None:
+        if self.named_tab:
+            frame: PresenceFrame = {"type": "presence", "watching": watching}
+            await self._send(dict(frame))
 
     async def _error(self, message: str, *, code: str = "bad_request") -> None:
         await self._send({"type": "error", "code": code, "error": message})

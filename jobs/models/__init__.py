@@ -3,7 +3,7 @@
 One module per concern.
 """
 
-from jobs.models.schedule import ScheduledTaskState
+from jobs.models.schedule import ScheduledTaskAction, ScheduledTaskState
 from jobs.models.status import JobStatus
 
-__all__ = ["JobStatus", "ScheduledTaskState"]
+__all__ = ["JobStatus", "ScheduledTaskAction", "ScheduledTaskState"]

@@ -67,6 +67,7 @@ async def test_connect_sends_a_versioned_snapshot(branch):
             {"id": 1, "title": "Dune", "on_shelf": 2},
             {"id": 2, "title": "Emma", "on_shelf": 1},
         ],
+        "watching": 1,  # this socket (realtime.presence)
     }
     await ws.disconnect()
 

@@ -15,6 +15,7 @@ from django.core.asgi import get_asgi_application
 from django.test import AsyncClient, Client
 
 from library.models import Book, Branch, Loan, Member
+from library.permissions import RUN_REPORT, permission_get
 from realtime import streaming
 from realtime.streaming import REPORTS_KEY
 from tests.processes import child_env, free_port, start_daphne, stop
@@ -41,7 +42,10 @@ def loans(redis_client):
     )
     made.append(Loan(book=dune, member=member, pickup_date=datetime.date(2026, 2, 1)))
     Loan.objects.bulk_create(made)
-    get_user_model().objects.create_user("desk", password=PASSWORD, is_staff=True)
+    desk = get_user_model().objects.create_user(
+        "desk", password=PASSWORD, is_staff=True
+    )
+    desk.user_permissions.add(permission_get(RUN_REPORT))
     get_user_model().objects.create_user("reader", password=PASSWORD)
 
 

@@ -191,7 +191,7 @@ def test_three_tabs_on_two_instances_follow_a_loan_from_a_fourth(instances, brow
     desk.fill("input[name=password]", PASSWORD)
     desk.click("form.card button")
     desk.goto(f"http://127.0.0.1:{port_b}/loans/issue/?book=1")
-    desk.fill("input[name=member_id]", "1")
+    desk.fill("input[name=member]", "1")  # a card number names the member
     desk.click("text=Issue loan")
     desk.wait_for_url("**/books/1/**")
 

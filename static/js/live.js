@@ -7,7 +7,12 @@
   const staff = root.dataset.staff === "true";
   const $ = (sel) => root.querySelector(sel);
   const statusBadge = document.querySelector("[data-live-status]");
-  const state = { version: -1, books: new Map(), total: 0, updates: 0, resyncs: 0 };
+  const state = { version: -1, books: new Map(), total: 0, updates: 0, resyncs: 0,
+                  watching: null };
+  // Names this tab for the page's life, so a reconnect replaces its own place in the
+  // viewer count instead of adding one. getRandomValues works without HTTPS too.
+  const tab = Array.from(crypto.getRandomValues(new Uint8Array(16)),
+                         (b) => b.toString(16).padStart(2, "0")).join("");
   let socket = null;
   let retries = 0;
 
@@ -20,6 +25,17 @@
     const box = $("[data-live-error]");
     box.textContent = text;
     box.hidden = !text;
+  }
+
+  function setWatching(watching) {
+    state.watching = typeof watching === "number" ? watching : null;
+    const box = document.querySelector("[data-live-presence]");
+    const known = state.watching !== null;
+    const text = known ? `${state.watching} watching now` : "Viewers: unknown";
+    const label = box.querySelector("[data-live-watching]");
+    // Rewriting the same words would make a screen reader announce them again.
+    if (label.textContent !== text) label.textContent = text;
+    box.dataset.known = String(known);
   }
 
   function row(book) {
@@ -74,6 +90,7 @@
     state.version = msg.version;
     state.total = msg.total;
     state.books = new Map(msg.books.map((b) => [b.id, b]));
+    if ("watching" in msg) setWatching(msg.watching);
     renderAll();
   }
 
@@ -111,7 +128,7 @@
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    socket = new WebSocket(scheme + location.host + root.dataset.socketPath);
+    socket = new WebSocket(scheme + location.host + root.dataset.socketPath + "?tab=" + tab);
     setStatus("connecting", "connecting…");
     socket.addEventListener("open", () => {
       retries = 0;
@@ -123,11 +140,13 @@
       try { msg = JSON.parse(event.data); } catch (e) { return; }
       if (msg.type === "snapshot") applySnapshot(msg);
       else if (msg.type === "update") applyUpdate(msg);
+      else if (msg.type === "presence") setWatching(msg.watching);
       else if (msg.type === "error") showError(msg.error);
       else if (msg.type === "corrected") showError("");
     });
     socket.addEventListener("close", (event) => {
       setStatus("closed", "reconnecting…");
+      setWatching(null); // no longer told of changes: the last number may be wrong
       if (event.code === 4404) { showError("This branch does not exist."); return; }
       // Capped exponential backoff with full jitter, so a server restart does not
       // bring every tab back in the same instant.

@@ -21,7 +21,10 @@ Only what a shared cache may hold goes in, and only for visitors who share it:
   in the key (a book page names the book's version) or stamped in the entry: a
   catalogue page records the branch's list or search generation it was rendered
   under, and the lookup reads the page and the current generation in one MGET, so
-  a hit costs one Redis round trip and a bumped generation turns it into a miss.
+  a hit costs one Redis round trip and a bumped generation turns it into a miss;
+- the response shows the page its key names: a catalogue number past the last page
+  renders the last page, which the view says with ``mark_rendered_page``, and that
+  rendering is served but not stored, so ``?page=N`` for every N adds no key.
 
 A hit answers 304 by itself when the client's ``If-None-Match`` matches the stored
 ETag: validators are checked before any body is touched. The stored headers are the
@@ -47,6 +50,7 @@ from library.cache.pages.keys import PageKind as PageKind
 from library.cache.pages.keys import PageLookup as PageLookup
 from library.cache.pages.middleware import PageCacheMiddleware
 from library.cache.pages.stored import _storable as _storable
+from library.cache.pages.stored import mark_rendered_page
 
 __all__ = [
     "HOT_COPIES",
@@ -54,5 +58,6 @@ __all__ = [
     "PAGES",
     "PageCacheMiddleware",
     "PageTierASGI",
+    "mark_rendered_page",
     "page_key",
 ]

@@ -165,6 +165,9 @@ class PageLookup(NamedTuple):
     # False when the request held more than the canonical query: its page may be
     # served from the entry but its own rendering echoes the extra and is not kept.
     storable: bool = True
+    # The canonical parameters the key was built from, to check the rendering
+    # against (``stored.shows_the_page_asked``).
+    query: tuple[tuple[str, str], ...] = ()
 
 
 def _canonical_query(
@@ -238,4 +241,4 @@ def page_key(request: HttpRequest, *, no_database: bool = False) -> PageLookup |
     copies = kind.copies(query)
     if copies > 1:
         key = f"{key}#c{_rng.randrange(copies)}"
-    return PageLookup(key, kind, dependency, storable)
+    return PageLookup(key, kind, dependency, storable, tuple(query.items()))

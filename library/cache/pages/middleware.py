@@ -27,6 +27,7 @@ from library.cache.pages.stored import (
     _head,
     _hit_counts,
     _storable,
+    shows_the_page_asked,
 )
 from library.cache.store import cache_enabled
 from library.cache.ttl import lifetime_with_jitter
@@ -123,6 +124,8 @@ class PageCacheMiddleware:
         next reader, seeing the new one, treats it as a miss.
         """
         if not lookup.storable or not _storable(response):
+            return
+        if not shows_the_page_asked(lookup, response):
             return
         head = _head(response, generation)
         kind = lookup.kind

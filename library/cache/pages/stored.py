@@ -63,6 +63,35 @@ def _storable(response: HttpResponse) -> bool:
     )
 
 
+# The attribute a list view sets on its response: the page number it rendered.
+_RENDERED_PAGE: Final = "library_rendered_page"
+
+
+def mark_rendered_page(response: HttpResponse, number: int) -> None:
+    """Record which page of its list ``response`` shows.
+
+    ``Paginator.get_page`` answers a number past the last page with the last page,
+    so the number asked for and the page shown can differ; the tier reads this to
+    keep such a rendering out (``shows_the_page_asked``).
+    """
+    setattr(response, _RENDERED_PAGE, number)
+
+
+def shows_the_page_asked(lookup: PageLookup, response: HttpResponse) -> bool:
+    """Return whether the response shows the page its key names.
+
+    A rendering of another page is served but never stored: stored under the
+    number asked for, every number past the end would keep its own copy of the
+    last page, and a client walking ``?page=N`` could grow Redis without bound.
+    A response that does not say which page it shows is taken at its key's word.
+    """
+    rendered = getattr(response, _RENDERED_PAGE, None)
+    if rendered is None:
+        return True
+    asked = dict(lookup.query).get("page") or "1"  # "" is page 1 (keys._page_number)
+    return asked == str(rendered)
+
+
 def _last_modified(stored: dict[str, str]) -> datetime.datetime | None:
     seconds = parse_http_date_safe(stored.get("last-modified", ""))
     return None if seconds is None else datetime.datetime.fromtimestamp(seconds, UTC)

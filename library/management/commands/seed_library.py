@@ -12,7 +12,8 @@ from library.seed import READER_USERNAME, STAFF_USERNAME, seed_library
 
 class Command(BaseCommand):
     help = (
-        "Load the demo library (course data set) and the demo accounts; safe to rerun."
+        "Load the demo library (public-domain catalogue, five branches, members and "
+        "loans) and the demo accounts; safe to rerun."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

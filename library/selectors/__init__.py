@@ -1,7 +1,8 @@
 """Reads of the library for the pages: each returns what one page needs in few queries.
 
 Lists are annotated in SQL (one query, no per-row lookups); detail reads use
-``select_related`` for the rows they show next to the main object.
+``select_related`` for the rows they show next to the main object. The loan desk's
+searches are in ``desk`` and re-exported here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,27 @@ from django.db.models.functions import Coalesce
 from django_stubs_ext import WithAnnotations
 
 from library.models import Book, Branch, Loan, Member
+
+# The desk's searches, under the names the forms and views use (``selectors.X``).
+from library.selectors.desk import (
+    SEARCH_MAX_CHARS,
+    SEARCH_MIN_CHARS,
+    SUGGESTIONS,
+    Found,
+    Pick,
+    book_label,
+    book_pick,
+    book_search,
+    loan_label,
+    member_label,
+    member_pick,
+    member_search,
+    open_loan_pick,
+    open_loan_search,
+    record_number,
+    search_terms,
+    searchable,
+)
 
 BOOKS_PER_PAGE = 20
 LOANS_PER_PAGE = 20
@@ -175,3 +197,41 @@ def loan_get(*, loan_id: int) -> Loan | None:
         .filter(pk=loan_id)
         .first()
     )
+
+
+__all__ = [
+    "BOOKS_PER_PAGE",
+    "BUSIEST_BOOKS",
+    "LOANS_PER_PAGE",
+    "SEARCH_MAX_CHARS",
+    "SEARCH_MIN_CHARS",
+    "SUGGESTIONS",
+    "BookDetail",
+    "BranchDetail",
+    "BranchWithStock",
+    "Found",
+    "MemberHistory",
+    "PageNumber",
+    "Pick",
+    "book_detail",
+    "book_label",
+    "book_pick",
+    "book_search",
+    "branch_books_page",
+    "branch_detail",
+    "branch_get",
+    "branch_list_with_stock",
+    "branch_shelf_count",
+    "loan_get",
+    "loan_label",
+    "member_get",
+    "member_history_page",
+    "member_label",
+    "member_pick",
+    "member_search",
+    "open_loan_pick",
+    "open_loan_search",
+    "record_number",
+    "search_terms",
+    "searchable",
+]
