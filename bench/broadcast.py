@@ -10,7 +10,7 @@ Each round:
 1. A loan is issued through ``library.services.loan_issue`` and the messaging
    drain runs in this process (``messaging_drain``), as an rq worker would run
    it. The drain's ``broadcast_flush`` sends the branch's update through
-   ``realtime.accounting.broadcasts_send``; a wrapper here notes the wall-clock
+   ``realtime.broadcast.broadcasts_send``; a wrapper here notes the wall-clock
    time just before that send.
 2. Delivery time of a client = its receive time minus that send time (same
    machine, same clock). A client that has not seen the round's version within

@@ -19,7 +19,7 @@ from messaging.admin.common import ActionOnlyChangeMixin, _truncated, _user
 from messaging.models import StreamConsumer
 from messaging.registry import STREAM_CONSUMERS
 from messaging.selectors import stream_consumer_rows, stream_overview
-from messaging.streams import RewindError, offset_before, stream_rewind
+from messaging.services.streams import RewindError, offset_before, stream_rewind
 
 
 class UTCDateTimeField(forms.DateTimeField):

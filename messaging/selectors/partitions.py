@@ -8,9 +8,9 @@ from django.db.models import Count, Min, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from messaging.models import Delivery, PartitionLease
-from messaging.partitions import partition_loads
 from messaging.registry import SUBSCRIPTIONS
 from messaging.selectors.offsets import _pending_per
+from messaging.services.partitions import partition_loads
 
 
 def partition_lease_rows(

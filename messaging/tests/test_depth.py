@@ -33,7 +33,7 @@ from messaging.services import (
     subscription_start,
     work_remaining,
 )
-from messaging.streams import (
+from messaging.services.streams import (
     RewindError,
     log_trim,
     offset_before,
@@ -57,7 +57,7 @@ def no_commit_grace(request, monkeypatch):
 def probe(seq: int, **extra: object) -> OutboxMessage:
     with transaction.atomic():
         return outbox_publish(
-            type=MessageType.LAB_PROBE,
+            type="lab_probe",  # the course registers it
             key=seq,
             body={"run": "depth", "seq": seq, **extra},
         )
@@ -178,7 +178,7 @@ def test_in_book_order_holds_under_several_drains_with_random_delays(
     library_rows, monkeypatch
 ):
     """Four drains at once, each effect delayed at random: no book ever inverts."""
-    monkeypatch.setattr("messaging.tasks.nudge_drain", lambda lane="main": None)
+    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda lane="main": None)
     real_append = subscribers.ledger_append
     rng = random.Random(20250720)
 
@@ -406,9 +406,9 @@ def test_a_subscriptions_slow_part_runs_outside_its_transaction(
 ):
     """The slow lane's wait must not hold the database (SQLite's one write lock)."""
     seen: list[bool] = []
-    monkeypatch.setattr("messaging.tasks.nudge_drain", lambda lane="main": None)
+    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda lane="main": None)
     monkeypatch.setattr(
-        "messaging.probes.slow_probe_work",
+        "course.instruments.probes.slow_probe_work",
         lambda message: seen.append(connection.in_atomic_block),
     )
     subscription_start("lab_slow")
