@@ -152,18 +152,16 @@ class SendClock:
         self.sent_at: list[float] = []
 
     def install(self) -> None:
-        from realtime import accounting
+        from realtime import broadcast
 
-        original = accounting.broadcasts_send
+        original = broadcast.broadcasts_send
 
         def timed(layer: Any, messages: Any) -> None:
             self.sent_at.append(time.time())
             original(layer, messages)
 
-        # broadcast_flush imported the name: patch it where it is looked up.
-        import library.subscribers
-
-        setattr(library.subscribers, "broadcasts_send", timed)  # noqa: B010
+        # broadcast_flush looks the name up in its module: patch it there.
+        setattr(broadcast, "broadcasts_send", timed)  # noqa: B010
 
 
 def issue_and_drain(book_id: int, member_id: int) -> tuple[float, int]:
