@@ -17,12 +17,9 @@ import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from messaging.policies import Backoff
-
-if TYPE_CHECKING:
-    from messaging.models import OutboxMessage
 
 
 class MessageType(StrEnum):
@@ -161,7 +158,9 @@ STREAM_CONSUMERS: dict[str, StreamSpec] = {
 
 
 # Registered handlers, by subscription or stream consumer name.
-Handler = Callable[["OutboxMessage"], None]
+# A handler takes the OutboxMessage. Typed with Any: the models import this module
+# (the type field's choices), so it imports no model, not even for typing.
+Handler = Callable[[Any], None]
 Flush = Callable[[], None]
 HANDLERS: dict[str, Handler] = {}
 AFTER_BATCH: dict[str, Flush] = {}
