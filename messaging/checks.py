@@ -8,6 +8,7 @@ and the development server all run it before doing anything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.apps import AppConfig
@@ -113,7 +114,10 @@ def _type_errors() -> list[CheckMessage]:
 
 
 def registry_check(
-    app_configs: list[AppConfig] | None = None, **kwargs: Any
+    *,
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
 ) -> list[CheckMessage]:
     """Return an error per declaration of the registry that does not resolve."""
     return [
