@@ -10,7 +10,7 @@ Each round:
 1. A loan is issued through ``library.services.loan_issue`` and the messaging
    drain runs in this process (``messaging_drain``), as an rq worker would run
    it. The drain's ``broadcast_flush`` sends the branch's update through
-   ``realtime.accounting.broadcasts_send``; a wrapper here notes the wall-clock
+   ``realtime.broadcast.broadcasts_send``; a wrapper here notes the wall-clock
    time just before that send.
 2. Delivery time of a client = its receive time minus that send time (same
    machine, same clock). A client that has not seen the round's version within
@@ -152,18 +152,16 @@ class SendClock:
         self.sent_at: list[float] = []
 
     def install(self) -> None:
-        from realtime import accounting
+        from realtime import broadcast
 
-        original = accounting.broadcasts_send
+        original = broadcast.broadcasts_send
 
         def timed(layer: Any, messages: Any) -> None:
             self.sent_at.append(time.time())
             original(layer, messages)
 
-        # broadcast_flush imported the name: patch it where it is looked up.
-        import library.subscribers
-
-        setattr(library.subscribers, "broadcasts_send", timed)  # noqa: B010
+        # broadcast_flush looks the name up in its module: patch it there.
+        setattr(broadcast, "broadcasts_send", timed)  # noqa: B010
 
 
 def issue_and_drain(book_id: int, member_id: int) -> tuple[float, int]:

@@ -181,8 +181,8 @@ def drain_ours(
     """Publish N loans with no worker, then time W workers draining them."""
     from django.db.models import Max
 
+    from messaging.dispatch import nudge_drain
     from messaging.models import Delivery
-    from messaging.tasks import nudge_drain
 
     reset_activity()
     flush_bench_redis()

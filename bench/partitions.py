@@ -100,8 +100,8 @@ def throughput_run(
     """Publish N loans with no worker; time W workers draining every subscription."""
     from django.db.models import Count, Max
 
+    from messaging.dispatch import nudge_drain
     from messaging.models import Delivery
-    from messaging.tasks import nudge_drain
 
     _reset()
     flush_bench_redis()
@@ -201,7 +201,7 @@ def replay(*, loans: int, ids: Any) -> dict[str, Any]:
     from library.models import Book, StockProjection
     from messaging.models import OutboxMessage, StreamConsumer
     from messaging.registry import STREAM_CONSUMERS
-    from messaging.streams import STREAM_GRACE, stream_advance, stream_rewind
+    from messaging.services.streams import STREAM_GRACE, stream_advance, stream_rewind
 
     _reset()
     flush_bench_redis()

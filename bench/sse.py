@@ -15,7 +15,7 @@ the client (httpx streaming, ``websockets``).
    a waiting client, for (a) a long poll of a job (``/realtime/jobs/<id>/wait``,
    the change is ``jobstatus_progress``), (b) the live stock WebSocket
    (``/ws/branches/1/stock/``, the change is the ``stock.update`` group message
-   ``library.subscribers.broadcast_flush`` sends), and (c) the branch event stream
+   ``realtime.broadcast.broadcast_flush`` sends), and (c) the branch event stream
    (the change is ``stock_correct``'s outbox row). A long poll and an event stream
    see a change when the server's change hub next looks (every 150 ms); the socket
    is pushed to by the channel layer. Each change lands at a random moment.

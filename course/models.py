@@ -1,9 +1,12 @@
-"""A learner's progress through the course: one row per learner and lesson."""
+"""A learner's progress through the course (one row per learner and lesson), and the
+effects of the live labs' probe messages."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+
+from messaging.models import OutboxMessage
 
 
 class LessonProgress(models.Model):
@@ -37,3 +40,24 @@ class LessonProgress(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} · {self.slug}"
+
+
+class ProbeEffect(models.Model):
+    """The effect of a ``lab_probe`` message: one row per application, repeats kept.
+
+    Not unique on purpose: the labs count repeated effects when a mode lets them in.
+    """
+
+    run = models.CharField(max_length=40, db_index=True)
+    seq = models.PositiveIntegerField()
+    message = models.ForeignKey(OutboxMessage, on_delete=models.CASCADE, null=True)
+    mode = models.CharField(max_length=20, default="deduplication")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # Kept from when messaging held the probes: existing databases keep their rows.
+        db_table = "messaging_probeeffect"
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"probe {self.run}#{self.seq}"

@@ -8,6 +8,7 @@ class LibraryConfig(AppConfig):
     def ready(self) -> None:
         # Imported here: the modules reach the admin site and the cache, which need
         # the app registry.
+        import library.subscribers  # noqa: F401  (binds the library's handlers)
         from library.admin_metrics import cache_metrics_install
         from library.admin_operations import operations_history_install
         from library.telemetry import telemetry_register

@@ -1,32 +1,32 @@
-"""Effects of the library's subscriptions (messaging.registry names them).
+"""Effects of the library's subscriptions and stream consumer.
 
-Each handler runs inside the transaction that also inserts the dedup guard row, so its
-database writes happen once per message. Network effects (the broadcast) are sent
-after that transaction commits and may repeat: receivers order them by version.
+The subscriptions are declared in ``messaging.registry``; each effect is bound to its
+subscription here, with the registry's decorators, when ``LibraryConfig.ready()``
+imports this module. Each handler runs inside the transaction that also inserts the
+dedup guard row, so its database writes happen once per message. The broadcast of a
+change to the live pages is realtime's handler (``realtime.broadcast``).
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
-from channels.layers import get_channel_layer
-from django.db import transaction
 from django.db.models import Count, Sum
 
 from library.cache import reads
 from library.models import (
     Book,
     BookLedger,
-    Branch,
     BranchStock,
     Notification,
     StockProjection,
 )
-from messaging.errors import PermanentMessageError
+from messaging.errors import body_int
 from messaging.models import OutboxMessage
-from messaging.registry import MessageType
-from realtime.accounting import broadcasts_send
+from messaging.registry import (
+    MessageType,
+    stream_handler,
+    stream_reset_handler,
+    subscription_handler,
+)
 
 _TEXTS = {
     MessageType.LOAN_ISSUED: "You borrowed “{title}”. Enjoy the read!",
@@ -34,22 +34,12 @@ _TEXTS = {
 }
 
 
-class MessageBodyError(PermanentMessageError):
-    """The message body lacks what the handler needs; retrying will not help."""
-
-
-def _field(body: Any, name: str) -> int:
-    if not isinstance(body, dict) or not isinstance(body.get(name), int):
-        raise MessageBodyError(f"message body has no integer {name!r}")
-    value: int = body[name]
-    return value
-
-
+@subscription_handler("notification")
 def notify_member(message: OutboxMessage) -> None:
     """Write the member's notification for a loan or a return."""
-    loan_id = _field(message.body, "loan_id")
-    member_id = _field(message.body, "member_id")
-    book = Book.objects.only("title").get(pk=_field(message.body, "book_id"))
+    loan_id = body_int(message.body, "loan_id")
+    member_id = body_int(message.body, "member_id")
+    book = Book.objects.only("title").get(pk=body_int(message.body, "book_id"))
     Notification.objects.create(
         member_id=member_id,
         loan_id=loan_id,
@@ -59,25 +49,10 @@ def notify_member(message: OutboxMessage) -> None:
     )
 
 
-def branch_stock_state(branch_id: int) -> dict[str, Any]:
-    """Return the branch's live shelf state: version, total and per-book counts."""
-    branch = Branch.objects.only("stock_version").get(pk=branch_id)
-    books = list(
-        Book.objects.filter(branch_id=branch_id)
-        .order_by("id")
-        .values_list("id", "on_shelf")
-    )
-    return {
-        "branch": branch_id,
-        "version": branch.stock_version,
-        "total": sum(n for _, n in books),
-        "books": {str(pk): n for pk, n in books},
-    }
-
-
+@subscription_handler("stock_summary")
 def refresh_branch_stock(message: OutboxMessage) -> None:
     """Recompute the branch's totals; newer offsets win, so replays converge."""
-    branch_id = _field(message.body, "branch_id")
+    branch_id = body_int(message.body, "branch_id")
     totals = Book.objects.filter(branch_id=branch_id).aggregate(
         on_shelf=Sum("on_shelf"), titles=Count("id")
     )
@@ -90,56 +65,7 @@ def refresh_branch_stock(message: OutboxMessage) -> None:
     summary.save()
 
 
-# Events of committed broadcast deliveries waiting for the end of the batch. A worker
-# process drains one batch at a time, so the list belongs to the batch in hand; it is
-# guarded anyway, as a process may run drains on threads (the tests do).
-_pending_broadcasts: list[dict[str, Any]] = []
-_pending_lock = threading.Lock()
-
-
-def broadcast_branch_stock(message: OutboxMessage) -> None:
-    """Queue the changed book's count and the branch total for the branch's pages.
-
-    The event is queued only once the guard row has committed, and sent by
-    ``broadcast_flush`` at the end of the batch: network I/O stays out of the
-    transaction, and a batch costs one trip to the channel layer, not one per loan.
-    """
-    branch_id = _field(message.body, "branch_id")
-    book_id = _field(message.body, "book_id")
-    state = branch_stock_state(branch_id)
-    event = {
-        "type": "stock.update",
-        "branch": branch_id,
-        "version": state["version"],
-        "total": state["total"],
-        "book": book_id,
-        "on_shelf": state["books"].get(str(book_id), 0),
-        "offset": message.pk,
-    }
-
-    def queue() -> None:
-        with _pending_lock:
-            _pending_broadcasts.append(event)
-
-    transaction.on_commit(queue)
-
-
-def broadcast_flush() -> None:
-    """Send the queued events to their branches' groups, in one event loop.
-
-    A failed send is logged by the caller, not retried: the deliveries are done, and
-    a page that misses a version asks for a fresh snapshot.
-    """
-    with _pending_lock:
-        events = list(_pending_broadcasts)
-        _pending_broadcasts.clear()
-    layer = get_channel_layer()
-    if not events or layer is None:
-        return
-    # Sent in one event loop and counted per group (realtime.accounting).
-    broadcasts_send(layer, [(f"branch-{event['branch']}", event) for event in events])
-
-
+@subscription_handler("cache_invalidation")
 def invalidate_caches(message: OutboxMessage) -> None:
     """Retire the cached pages a loan, a return or a stock correction made stale.
 
@@ -166,13 +92,14 @@ def invalidate_caches(message: OutboxMessage) -> None:
     """
     member_id = None
     if message.type in (MessageType.LOAN_ISSUED, MessageType.RETURN_RECEIVED):
-        member_id = _field(message.body, "member_id")
-    reads.change_invalidate(_field(message.body, "branch_id"), member_id)
+        member_id = body_int(message.body, "member_id")
+    reads.change_invalidate(body_int(message.body, "branch_id"), member_id)
 
 
 # --- ordered and stream consumers --------------------------------------------------
 
 
+@subscription_handler("book_ledger")
 def ledger_append(message: OutboxMessage) -> None:
     """Record the book's change in the ledger, noting whether it arrived in order.
 
@@ -180,8 +107,8 @@ def ledger_append(message: OutboxMessage) -> None:
     book's messages go to one partition, processed by one worker at a time in offset
     order, so a version should always follow a lower one.
     """
-    book_id = _field(message.body, "book_id")
-    version = _field(message.body, "book_version")
+    book_id = body_int(message.body, "book_id")
+    version = body_int(message.body, "book_version")
     newest = (
         BookLedger.objects.filter(book_id=book_id)
         .order_by("-book_version")
@@ -197,6 +124,7 @@ def ledger_append(message: OutboxMessage) -> None:
     )
 
 
+@stream_handler("stock_projection")
 def stock_project(message: OutboxMessage) -> None:
     """Apply one message to the stock projection; an older version never wins.
 
@@ -204,11 +132,11 @@ def stock_project(message: OutboxMessage) -> None:
     change, so the projection needs nothing but the log, and replaying a message it
     already reflects changes nothing.
     """
-    book_id = _field(message.body, "book_id")
-    version = _field(message.body, "book_version")
+    book_id = body_int(message.body, "book_id")
+    version = body_int(message.body, "book_version")
     values = {
-        "branch_id": _field(message.body, "branch_id"),
-        "on_shelf": _field(message.body, "on_shelf"),
+        "branch_id": body_int(message.body, "branch_id"),
+        "on_shelf": body_int(message.body, "on_shelf"),
         "book_version": version,
         "offset": message.pk,
     }
@@ -219,6 +147,7 @@ def stock_project(message: OutboxMessage) -> None:
         StockProjection.objects.create(book_id=book_id, **values)
 
 
+@stream_reset_handler("stock_projection")
 def stock_projection_reset() -> None:
     """Empty the projection before a replay rebuilds it from the log."""
     StockProjection.objects.all().delete()

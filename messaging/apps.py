@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class MessagingConfig(AppConfig):
@@ -6,6 +7,8 @@ class MessagingConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: the sampler queries the models, which need the app registry.
+        from messaging.checks import registry_check
         from messaging.telemetry import telemetry_register
 
+        checks.register(registry_check)
         telemetry_register()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PermanentMessageError(ValueError):
     """The message itself cannot be applied (a malformed body): retrying cannot help.
@@ -17,3 +19,15 @@ class DeadLetterError(ValueError):
 
     Its text is safe to show to the operator.
     """
+
+
+class MessageBodyError(PermanentMessageError):
+    """The message body lacks what the handler needs; retrying will not help."""
+
+
+def body_int(body: Any, name: str) -> int:
+    """Return the body's integer field ``name``; raise MessageBodyError without one."""
+    if not isinstance(body, dict) or not isinstance(body.get(name), int):
+        raise MessageBodyError(f"message body has no integer {name!r}")
+    value: int = body[name]
+    return value

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from messaging.registry import MessageType
+from messaging.registry import message_type_choices
 
 
 class OutboxMessage(models.Model):
@@ -15,9 +15,7 @@ class OutboxMessage(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    type = models.CharField(
-        max_length=40, choices=[(t.value, t.value) for t in MessageType]
-    )
+    type = models.CharField(max_length=40, choices=message_type_choices)
     key = models.CharField(max_length=100)  # e.g. the book id: what ordering is per
     body = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -136,25 +134,6 @@ class ProcessedMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subscription} processed #{self.message_id}"
-
-
-class ProbeEffect(models.Model):
-    """The effect of a ``lab_probe`` message: one row per application, repeats kept.
-
-    Not unique on purpose: the labs count repeated effects when a mode lets them in.
-    """
-
-    run = models.CharField(max_length=40, db_index=True)
-    seq = models.PositiveIntegerField()
-    message = models.ForeignKey(OutboxMessage, on_delete=models.CASCADE, null=True)
-    mode = models.CharField(max_length=20, default="deduplication")
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["id"]
-
-    def __str__(self) -> str:
-        return f"probe {self.run}#{self.seq}"
 
 
 class DeadLetter(models.Model):

@@ -1,28 +1,33 @@
-"""The typed registry of message types and the subscriptions that consume them.
+"""The typed registry of message types, the subscriptions that consume them, and
+their handlers.
 
-Adding a message type means adding it here and to at least one subscription's
-``accepts``; the check at the bottom refuses to import otherwise, so an event can never
-be published into the void.
+The library's types and subscriptions are declared here: they are the vocabulary the
+delivery machinery and its admin speak. Another app adds its own from its ``ready()``
+(``message_type_register``, ``subscription_register``; the course's probes do). Each
+handler is bound by the app that owns it, with a decorator (``subscription_handler``,
+``after_batch_handler``, ``outside_handler``, ``stream_handler``,
+``stream_reset_handler``) in a module its ``ready()`` imports. The system check
+(``messaging.checks``) then refuses a subscription whose handler is missing and a
+message type no subscription sees, so an event can never be published into the void.
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TypedDict
-
-from django.core.exceptions import ImproperlyConfigured
+from typing import Any, TypedDict, TypeVar
 
 from messaging.policies import Backoff
 
 
 class MessageType(StrEnum):
+    """The library's message types (other apps register theirs by name)."""
+
     LOAN_ISSUED = "loan_issued"
     RETURN_RECEIVED = "return_received"
     STOCK_CORRECTED = "stock_corrected"
-    # Published only by the course's live labs: a measurable effect with crash points.
-    LAB_PROBE = "lab_probe"
 
 
 class LoanBody(TypedDict):
@@ -44,49 +49,51 @@ class StockBody(TypedDict):
 @dataclass(frozen=True)
 class Subscription:
     name: str
-    accepts: frozenset[MessageType]
-    # Dotted path of ``handler(message) -> None``; runs in the guard's transaction.
-    handler: str
+    # Message type names (a ``MessageType`` is one). Its handler, ``handler(message)
+    # -> None``, is bound with ``@subscription_handler(name)`` and runs in the guard's
+    # transaction.
+    accepts: frozenset[str]
     max_attempts: int = 5
     backoff: Backoff = field(default_factory=Backoff)
     # The lease (visibility timeout): a claimed delivery not finished by then is
     # claimed again by another worker. None: settings.MESSAGING_LEASE_SECONDS.
     visibility: datetime.timedelta | None = None
-    # Dotted path of ``flush() -> None``, run after every batch that held deliveries
-    # of this subscription, outside any transaction: it sends, in one go, the network
-    # effects the handler queued after its commits (one round trip per batch, not
-    # one per message).
-    after_batch: str | None = None
+    # True: a ``flush() -> None`` (``@after_batch_handler(name)``) runs after every
+    # batch that held deliveries of this subscription, outside any transaction: it
+    # sends, in one go, the network effects the handler queued after its commits
+    # (one round trip per batch, not one per message).
+    after_batch: bool = False
     # > 0: the deliveries are split by a hash of the message key into this many
     # partitions, each processed in offset order by one worker at a time
-    # (messaging.partitions). For effects whose correctness depends on per-key order.
+    # (messaging.services.partitions). For effects whose correctness depends on
+    # per-key order.
     partitions: int = 0
     # The drain lane. Each lane is drained by rq jobs of its own, so a subscription
     # known to be slow, given a lane of its own, never holds up the others' batches.
     lane: str = "main"
     # False: declared in code but takes no copies until started (admin or lab).
     starts_active: bool = True
-    # Dotted path of ``work(message) -> None`` run BEFORE the effect's transaction:
+    # True: a ``work(message) -> None`` (``@outside_handler(name)``) runs BEFORE the
+    # effect's transaction:
     # slow work (a network call) that must not hold the database meanwhile (on
     # SQLite a transaction holds the only write lock, so a slow handler inside it
     # would stall every other subscription and the relay). It is not guarded by
     # the dedup row, so it may run again on a retry: it must tolerate repeats.
-    outside: str | None = None
+    outside: bool = False
 
 
 @dataclass(frozen=True)
 class StreamSpec:
     """A named reader of the outbox log (one copy, an offset per consumer).
 
-    ``handler(message)`` runs in the transaction that also moves the offset, so the
-    projection and the offset never disagree. ``reset()`` empties the projection
-    before a rebuild from the start of the log.
+    ``handler(message)`` (``@stream_handler(name)``) runs in the transaction that
+    also moves the offset, so the projection and the offset never disagree.
+    ``reset()`` (``@stream_reset_handler(name)``) empties the projection before a
+    rebuild from the start of the log.
     """
 
     name: str
-    accepts: frozenset[MessageType]
-    handler: str
-    reset: str
+    accepts: frozenset[str]
     batch: int = 200
 
 
@@ -105,18 +112,15 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
         Subscription(
             name="notification",
             accepts=frozenset({MessageType.LOAN_ISSUED, MessageType.RETURN_RECEIVED}),
-            handler="library.subscribers.notify_member",
         ),
         Subscription(
             name="stock_summary",
             accepts=LIBRARY_TYPES,
-            handler="library.subscribers.refresh_branch_stock",
         ),
         Subscription(
             name="broadcast",
             accepts=LIBRARY_TYPES,
-            handler="library.subscribers.broadcast_branch_stock",
-            after_batch="library.subscribers.broadcast_flush",
+            after_batch=True,
             # A broadcast is worth little once stale: give up sooner.
             max_attempts=3,
             backoff=Backoff(base_ms=200, cap_ms=2_000),
@@ -124,7 +128,6 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
         Subscription(
             name="cache_invalidation",
             accepts=LIBRARY_TYPES,
-            handler="library.subscribers.invalidate_caches",
             # Retries ride out a Redis restart: ten attempts with the default
             # backoff span about two minutes, about the list pages' lifetime,
             # after which a missed bump has aged out anyway.
@@ -133,36 +136,11 @@ SUBSCRIPTIONS: dict[str, Subscription] = {
         Subscription(
             name="book_ledger",
             accepts=LIBRARY_TYPES,
-            handler="library.subscribers.ledger_append",
             # Per-book order matters here (a version may only follow a lower one):
             # partitioned by book id, one worker per partition.
             partitions=4,
             max_attempts=3,
             backoff=Backoff(base_ms=100, cap_ms=2_000),
-        ),
-        Subscription(
-            name="lab_slow",
-            accepts=frozenset({MessageType.LAB_PROBE}),
-            handler="messaging.probes.apply_slow_probe",
-            outside="messaging.probes.slow_probe_work",
-            lane="slow",
-            starts_active=False,
-        ),
-        Subscription(
-            name="lab_late",
-            accepts=frozenset({MessageType.LAB_PROBE}),
-            handler="messaging.probes.apply_late_probe",
-            starts_active=False,
-        ),
-        Subscription(
-            name="lab_probe",
-            accepts=frozenset({MessageType.LAB_PROBE}),
-            handler="messaging.probes.apply_probe",
-            # The threshold of the dead-letter and poison lessons.
-            max_attempts=3,
-            backoff=Backoff(base_ms=50, cap_ms=400),
-            # Short: a lab waits seconds, not half a minute, for a dead worker's lease.
-            visibility=datetime.timedelta(seconds=2),
         ),
     )
 }
@@ -174,11 +152,76 @@ STREAM_CONSUMERS: dict[str, StreamSpec] = {
         StreamSpec(
             name="stock_projection",
             accepts=LIBRARY_TYPES,
-            handler="library.subscribers.stock_project",
-            reset="library.subscribers.stock_projection_reset",
         ),
     )
 }
+
+
+# Registered handlers, by subscription or stream consumer name.
+# A handler takes the OutboxMessage. Typed with Any: the models import this module
+# (the type field's choices), so it imports no model, not even for typing.
+Handler = Callable[[Any], None]
+Flush = Callable[[], None]
+HANDLERS: dict[str, Handler] = {}
+AFTER_BATCH: dict[str, Flush] = {}
+OUTSIDE: dict[str, Handler] = {}
+STREAM_HANDLERS: dict[str, Handler] = {}
+STREAM_RESETS: dict[str, Flush] = {}
+
+# Every message type a publisher may use, in registration order.
+MESSAGE_TYPES: dict[str, None] = dict.fromkeys(MessageType)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def message_type_register(name: str) -> str:
+    """Declare a message type another app publishes; return its name."""
+    MESSAGE_TYPES[name] = None
+    return name
+
+
+def message_type_choices() -> list[tuple[str, str]]:
+    """Return the registered types as model field choices."""
+    return [(name, name) for name in MESSAGE_TYPES]
+
+
+def subscription_register(*subscriptions: Subscription) -> None:
+    """Declare subscriptions another app owns (call from its ``ready()``)."""
+    for subscription in subscriptions:
+        SUBSCRIPTIONS[subscription.name] = subscription
+
+
+def _binder(table: dict[str, Any], name: str) -> Callable[[_F], _F]:
+    def bind(function: _F) -> _F:
+        table[name] = function
+        return function
+
+    return bind
+
+
+def subscription_handler(subscription: str) -> Callable[[_F], _F]:
+    """Bind the decorated ``handler(message)`` as the effect of ``subscription``."""
+    return _binder(HANDLERS, subscription)
+
+
+def after_batch_handler(subscription: str) -> Callable[[_F], _F]:
+    """Bind the decorated ``flush()`` as ``subscription``'s after-batch step."""
+    return _binder(AFTER_BATCH, subscription)
+
+
+def outside_handler(subscription: str) -> Callable[[_F], _F]:
+    """Bind the decorated ``work(message)`` as ``subscription``'s slow part."""
+    return _binder(OUTSIDE, subscription)
+
+
+def stream_handler(consumer: str) -> Callable[[_F], _F]:
+    """Bind the decorated ``handler(message)`` as stream ``consumer``'s effect."""
+    return _binder(STREAM_HANDLERS, consumer)
+
+
+def stream_reset_handler(consumer: str) -> Callable[[_F], _F]:
+    """Bind the decorated ``reset()`` as stream ``consumer``'s rebuild start."""
+    return _binder(STREAM_RESETS, consumer)
 
 
 def lanes() -> list[str]:
@@ -190,13 +233,3 @@ def lanes() -> list[str]:
 def subscriptions_for(message_type: str) -> list[Subscription]:
     """Return the subscriptions whose filter accepts ``message_type``."""
     return [s for s in SUBSCRIPTIONS.values() if message_type in s.accepts]
-
-
-def check_registry() -> None:
-    """Refuse a message type that no subscription would ever see."""
-    unhandled = sorted(t.value for t in MessageType if not subscriptions_for(t))
-    if unhandled:
-        raise ImproperlyConfigured(f"message types without a subscription: {unhandled}")
-
-
-check_registry()

@@ -1,27 +1,24 @@
-"""rq jobs and nudges of the messaging spine."""
+"""rq entry points of the messaging spine: drain a lane, trim the log, sweep.
+
+Their dotted paths are what queued jobs and the schedules name, so they stay here;
+the work itself is in ``messaging.services`` and the nudge in ``messaging.dispatch``.
+"""
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import uuid
 
 import django_rq
 from django.db import close_old_connections, connection
-from redis.exceptions import RedisError
 
 from jobs.locks import LeaseLock, lock_key
+from messaging import dispatch
 from messaging.registry import PARALLEL_LANES, lanes
-from messaging.services import messaging_drain, work_remaining
-from messaging.streams import log_trim
+from messaging.services.drain import messaging_drain, work_remaining
+from messaging.services.streams import log_trim
 
-log = logging.getLogger("messaging")
-QUEUE = "messaging"
-# Set while a lane's drain job waits in the queue; cleared when it starts. A nudge
-# arriving meanwhile is covered by that queued job, so a burst of commits queues one
-# drain, and a commit after a drain started always queues the next one.
-QUEUED_KEY = "messaging:drain-queued"
 # A lease (jobs.locks) held while a drain of a one-at-a-time lane runs (see
 # registry.PARALLEL_LANES). Owner-checked: a drain that ends never frees the lease
 # of the next drain, which may have started while it was still queueing nudges.
@@ -34,27 +31,10 @@ def running_key(lane: str) -> str:
     return lock_key(f"{RUNNING_LEASE}:{lane}")
 
 
-def _queued_key(lane: str) -> str:
-    return QUEUED_KEY if lane == "main" else f"{QUEUED_KEY}:{lane}"
-
-
-def nudge_drain(lane: str = "main") -> None:
-    """Queue a drain of ``lane`` unless one is already waiting. Runs after commit.
-
-    A Redis failure only delays the work: the scheduler's sweep nudges again.
-    """
-    try:
-        connection = django_rq.get_connection(QUEUE)
-        if connection.set(_queued_key(lane), "1", nx=True, ex=10):
-            django_rq.get_queue(QUEUE).enqueue(drain, lane=lane)
-    except RedisError as error:
-        log.warning("could not nudge the messaging drain (the sweep will): %s", error)
-
-
 def drain(lane: str = "main") -> dict[str, int]:
     """Relay and process one lane for a bounded time; re-nudge if work remains."""
-    redis = django_rq.get_connection(QUEUE)
-    redis.delete(_queued_key(lane))
+    redis = django_rq.get_connection(dispatch.QUEUE)
+    redis.delete(dispatch.queued_key(lane))
     parallel = lane in PARALLEL_LANES
     held: LeaseLock | None = None
     if not parallel:
@@ -66,7 +46,7 @@ def drain(lane: str = "main") -> dict[str, int]:
     # Queue the next drain now rather than at the end, so an idle worker can join in:
     # a backlog drains on every worker at once, not on one at a time.
     if parallel and work_remaining(lane=lane):
-        nudge_drain(lane)
+        dispatch.nudge_drain(lane)
     # A worker outlives many jobs (SimpleWorker) or forks them from a parent that
     # may hold a connection: start and end each drain on a connection of its own.
     if not connection.in_atomic_block:
@@ -79,7 +59,7 @@ def drain(lane: str = "main") -> dict[str, int]:
         # The relay of this drain may have copied messages to other lanes.
         for name in lanes():
             if work_remaining(lane=name):
-                nudge_drain(name)
+                dispatch.nudge_drain(name)
     finally:
         if held is not None:
             held.release()  # a no-op once released, and never another drain's lease
@@ -89,7 +69,7 @@ def drain(lane: str = "main") -> dict[str, int]:
 
 
 def trim() -> dict[str, object]:
-    """The scheduled retention of the outbox log (messaging.streams.log_trim)."""
+    """The scheduled retention of the outbox log (``services.streams.log_trim``)."""
     return vars(log_trim())
 
 
@@ -101,6 +81,6 @@ def sweep() -> bool:
     nudged = False
     for lane in lanes():
         if work_remaining(lane=lane):
-            nudge_drain(lane)
+            dispatch.nudge_drain(lane)
             nudged = True
     return nudged

@@ -1,9 +1,12 @@
 """Broadcast accounting: what was sent to a group, what reached a socket, who listens.
 
+Counting only; the sending is ``realtime.broadcast``.
+
 Two Redis hashes, one field per group, shared by every process on the database:
 
-- ``realtime:broadcasts`` counts group messages sent (``broadcasts_send``, which the
-  outbox's ``broadcast_flush`` uses);
+- ``realtime:broadcasts`` counts group messages sent (``broadcasts_record``, called
+  by ``realtime.broadcast.broadcasts_send``, which the outbox's ``broadcast_flush``
+  uses);
 - ``realtime:deliveries`` counts frames a consumer wrote to its socket for a group
   message (``delivery_record``).
 
@@ -26,13 +29,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from functools import cache
 from typing import Any, Final
 
 import redis
 import redis.asyncio as aioredis
-from asgiref.sync import async_to_sync
 from django.conf import settings
 
 log = logging.getLogger("realtime")
@@ -79,25 +81,6 @@ def broadcasts_record(groups: Iterable[str]) -> None:
             pipe.execute()
     except redis.RedisError as error:
         log.warning("broadcast counters not updated (%d sends): %s", len(groups), error)
-
-
-def broadcasts_send(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) -> None:
-    """Send each ``(group, event)`` on ``layer`` in one event loop; count the sends.
-
-    Call from synchronous code (a worker's drain, a sync view). A send that raises
-    stops the rest and propagates; the ones already made are counted first.
-    """
-    sent: list[str] = []
-
-    async def send_all() -> None:
-        for group, event in messages:
-            await layer.group_send(group, event)
-            sent.append(group)
-
-    try:
-        async_to_sync(send_all)()
-    finally:
-        broadcasts_record(sent)
 
 
 async def delivery_record(group: str) -> None:

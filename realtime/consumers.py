@@ -38,8 +38,8 @@ from django.http import HttpRequest
 from library.errors import LibraryError
 from library.models import Book, Branch
 from library.permissions import CORRECT_STOCK, user_may
+from library.selectors.stock import branch_stock_state
 from library.services import stock_correct
-from library.subscribers import branch_stock_state
 from realtime.accounting import delivery_record
 from realtime.presence import (
     TAB_RULE,

@@ -1,7 +1,7 @@
 """A lab-only route: broadcast a branch's stock from inside this daphne process.
 
 ``POST /_lab/broadcast/<branch_id>/`` sends the branch's current state to its group
-through ``realtime.accounting.broadcasts_send``, the path the outbox's
+through ``realtime.broadcast.broadcasts_send``, the path the outbox's
 ``broadcast_flush`` takes, but from this server's own process. With the Redis
 channel layer every instance's members get it; with the in-process layer
 (``LIBRARY_CHANNEL_LAYER=memory``) only this instance's do. The broadcast lab
@@ -20,8 +20,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from library.models import Branch
-from library.subscribers import branch_stock_state
-from realtime.accounting import broadcasts_send
+from library.selectors.stock import branch_stock_state
+from realtime.broadcast import broadcasts_send
 
 
 @csrf_exempt

@@ -59,7 +59,7 @@ COUNTERS: Final = (
 )
 # On PostgreSQL an id is drawn at insert and a slow transaction can commit a lower
 # id after a higher one is visible; the log is read only up to messages older than
-# this, as messaging.streams does. SQLite commits one writer at a time.
+# this, as messaging.services.streams does. SQLite commits one writer at a time.
 LOG_GRACE: Final = datetime.timedelta(seconds=1)
 
 _executor = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="realtime-db")

@@ -39,10 +39,10 @@ from typing import Any, Final
 from django.conf import settings
 
 from library.models import Branch
-from library.subscribers import branch_stock_state
+from library.selectors.stock import branch_stock_state
 from messaging.models import OutboxMessage
 from messaging.registry import MessageType
-from messaging.streams import earliest_offset
+from messaging.services.streams import earliest_offset
 from realtime.polling import (
     change_hub,
     counter_add,

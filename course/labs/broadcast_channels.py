@@ -12,7 +12,7 @@ Live part: ``instances`` real daphne processes of this project, started twice:
 with channels' in-process layer (``LIBRARY_CHANNEL_LAYER=memory``) and with the
 Redis layer. One WebSocket subscriber on each instance but the first listens to
 the first branch's group; the lab-only route ``POST /_lab/broadcast/<id>/`` makes
-the first instance broadcast through ``realtime.accounting.broadcasts_send``.
+the first instance broadcast through ``realtime.broadcast.broadcasts_send``.
 ``subscriber_saw`` counts updates the subscribers received within
 ``WAIT_S``; ``broadcasts`` and ``copies`` are the deltas of the group's counters
 (``realtime:broadcasts``, and ``realtime:deliveries``: frames the consumers

@@ -39,12 +39,12 @@ from redis import Redis
 from rq import Queue, Retry, Worker
 from rq.job import Job, JobStatus
 
+from course.instruments.probes import LAB_PROBE, crash_token
 from course.labs.base import LabError, Progress
 from course.labs.live_jobs import COUNTER_PREFIX
+from course.models import ProbeEffect
 from jobs.processes import child_environment, start_manage
-from messaging.models import Delivery, ProbeEffect
-from messaging.probes import crash_token
-from messaging.registry import MessageType
+from messaging.models import Delivery
 from messaging.services import outbox_publish
 from messaging.tasks import sweep
 
@@ -308,7 +308,7 @@ def publish_probes(
                 body["crash_always"] = True
             if seq in fail:
                 body["fail"] = True
-            message = outbox_publish(type=MessageType.LAB_PROBE, key=seq, body=body)
+            message = outbox_publish(type=LAB_PROBE, key=seq, body=body)
             ids[seq] = message.pk
     return ids
 

@@ -20,8 +20,8 @@ import signal
 
 import django_rq
 
-from messaging.models import ProbeEffect
-from messaging.probes import crash_token
+from course.instruments.probes import crash_token
+from course.models import ProbeEffect
 
 # Redis key prefix of a live run's delivery counters ("<prefix><run>:<mode>").
 COUNTER_PREFIX = "lab-live-"

@@ -25,6 +25,7 @@ from typing import Any
 
 from django.db import transaction
 
+from course.instruments.probes import LAB_PROBE
 from course.labs.base import LabError
 from messaging.models import Delivery, OutboxMessage
 from messaging.registry import MessageType
@@ -45,7 +46,7 @@ def publish_probe_bodies(
     with transaction.atomic():
         for seq in seqs:
             body: dict[str, Any] = {"run": run, "seq": seq, **extra}
-            message = outbox_publish(type=MessageType.LAB_PROBE, key=seq, body=body)
+            message = outbox_publish(type=LAB_PROBE, key=seq, body=body)
             ids.append(message.pk)
     return ids
 
@@ -180,7 +181,7 @@ def retention_child(out: str, *, events: int, lagging_at: int) -> None:
 
     from messaging.models import StreamConsumer
     from messaging.services import relay_pending
-    from messaging.streams import earliest_offset, log_trim, stream_advance
+    from messaging.services.streams import earliest_offset, log_trim, stream_advance
 
     call_command("migrate", verbosity=0)
     consumer = "stock_projection"

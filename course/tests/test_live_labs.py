@@ -21,10 +21,11 @@ from rq import SimpleWorker
 from course.labs import live as harness
 from course.labs.base import LabError, Tables
 from course.labs.registry import LABS, lab_get
+from course.models import ProbeEffect
 from jobs.models import JobStatus
 from library.models import Book, Branch, Loan, Member
 from library.permissions import RUN_LIVE_LAB, permission_get
-from messaging.models import DeadLetter, ProbeEffect
+from messaging.models import DeadLetter
 from messaging.registry import MessageType, subscriptions_for
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]

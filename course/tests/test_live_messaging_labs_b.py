@@ -12,15 +12,16 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from course.instruments.probes import LAB_PROBE
 from course.labs import live as harness
 from course.labs.base import LabError, Tables
 from course.labs.registry import lab_get
+from course.models import ProbeEffect
 from library.models import Book, BookLedger, Branch, StockProjection
 from messaging.models import (
     Delivery,
     LogRetention,
     OutboxMessage,
-    ProbeEffect,
     StreamConsumer,
     SubscriptionState,
 )
@@ -50,7 +51,7 @@ def assert_no_children_left() -> None:
     assert harness._children(os.getpid()) == []
 
 
-def names(message_type: MessageType) -> str:
+def names(message_type: str) -> str:
     return " ".join(sorted(s.name for s in subscriptions_for(message_type)))
 
 
@@ -103,7 +104,7 @@ def test_publish_subscribe_live_copies_isolation_filters_and_the_late_subscriber
 
     # Filters: a type is copied only to the subscriptions that accept it.
     active = len(SUBSCRIPTIONS)
-    probe_copies = 4 * len(subscriptions_for(MessageType.LAB_PROBE))
+    probe_copies = 4 * len(subscriptions_for(LAB_PROBE))
     stock_copies = 4 * len(subscriptions_for(MessageType.STOCK_CORRECTED))
     assert rows(tables, "live_filter") == [
         [
@@ -112,7 +113,7 @@ def test_publish_subscribe_live_copies_isolation_filters_and_the_late_subscriber
             active,
             probe_copies,
             4 * active - probe_copies,
-            names(MessageType.LAB_PROBE),
+            names(LAB_PROBE),
         ],
         [
             "stock_corrected",

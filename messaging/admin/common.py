@@ -30,16 +30,16 @@ STATUS_MARK: dict[str, str] = {
 ERROR_PREVIEW = 80
 
 
-def _truncated(text: str) -> str:
+def preview_text(text: str) -> str:
     return Truncator(text).chars(ERROR_PREVIEW)
 
 
-def _message_link(message_id: int) -> str:
+def outbox_link(message_id: int) -> str:
     url = reverse("admin:messaging_outboxmessage_change", args=[message_id])
     return format_html('<a href="{}">#{}</a>', url, message_id)
 
 
-def _timestamp(
+def timestamp_column(
     field: str, description: str, *, seconds: bool = True
 ) -> Callable[[Any, Any], str]:
     """Return a list column showing ``field`` as local ``Nov 29 14:38:05``.
@@ -64,7 +64,7 @@ def _timestamp(
     return column
 
 
-def _pretty_json(value: Any) -> str:
+def json_block(value: Any) -> str:
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
     return format_html('<pre style="margin: 0">{}</pre>', text)
 
@@ -86,7 +86,7 @@ class ReadOnlyAdminMixin:
         return False
 
 
-def _user(request: HttpRequest) -> AbstractBaseUser | None:
+def acting_user(request: HttpRequest) -> AbstractBaseUser | None:
     return request.user if isinstance(request.user, AbstractBaseUser) else None
 
 

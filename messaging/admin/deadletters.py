@@ -27,11 +27,11 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from messaging.admin.common import (
-    _message_link,
-    _pretty_json,
-    _timestamp,
-    _truncated,
-    _user,
+    acting_user,
+    json_block,
+    outbox_link,
+    preview_text,
+    timestamp_column,
 )
 from messaging.errors import DeadLetterError
 from messaging.models import DeadLetter
@@ -89,7 +89,7 @@ class LastErrorFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         value = self.value()
-        return [] if value is None else [(value, _truncated(value))]
+        return [] if value is None else [(value, preview_text(value))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
@@ -164,8 +164,8 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
         return request.user.has_perm("messaging.discard_deadletter")
 
     # Minutes are enough here: letters wait for a person, not for a backoff.
-    first_failed = _timestamp("first_failed_at", "first failed", seconds=False)
-    last_failed = _timestamp("last_failed_at", "last failed", seconds=False)
+    first_failed = timestamp_column("first_failed_at", "first failed", seconds=False)
+    last_failed = timestamp_column("last_failed_at", "last failed", seconds=False)
 
     @admin.display(description="redriven / discarded", ordering="redriven_at")
     def redriven(self, letter: DeadLetter) -> str:
@@ -177,7 +177,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
         if letter.discarded_at is not None:
             when = timezone.localtime(letter.discarded_at).strftime("%b %d %H:%M")
             who = letter.discarded_by.get_username() if letter.discarded_by else "?"
-            return f"discarded {when} by {who}: {_truncated(letter.discard_reason)}"
+            return f"discarded {when} by {who}: {preview_text(letter.discard_reason)}"
         if letter.redriven_at is None:
             return f"redriven before ({count})" if count else "—"
         when = timezone.localtime(letter.redriven_at).strftime("%b %d %H:%M")
@@ -187,12 +187,12 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
     @admin.display(description="message", ordering="delivery__message_id")
     def message_offset(self, letter: DeadLetter) -> str:
         return format_html(
-            "{} {}", _message_link(letter.delivery.message_id), letter.message_type
+            "{} {}", outbox_link(letter.delivery.message_id), letter.message_type
         )
 
     @admin.display(description="last error")
     def error_preview(self, letter: DeadLetter) -> str:
-        return _truncated(letter.last_error)
+        return preview_text(letter.last_error)
 
     @admin.display(description="age", ordering="-last_failed_at")
     def age(self, letter: DeadLetter) -> str:
@@ -220,7 +220,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
 
     @admin.display(description="body")
     def pretty_body(self, letter: DeadLetter) -> str:
-        return _pretty_json(letter.body)
+        return json_block(letter.body)
 
     @admin.action(description="Redrive selected dead letters…", permissions=["redrive"])
     def redrive(
@@ -236,7 +236,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
                 selected=True,
             )
         ids = list(queryset.values_list("pk", flat=True))
-        redriven = deadletter_redrive(ids=ids, user=_user(request))
+        redriven = deadletter_redrive(ids=ids, user=acting_user(request))
         self._report(request, "Redrove", redriven)
         self._report_skipped(request, len(ids), redriven)
         return None
@@ -251,7 +251,9 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
             ids = list(queryset.values_list("pk", flat=True))
             try:
                 discarded = deadletter_discard(
-                    ids=ids, user=_user(request), reason=form.cleaned_data["reason"]
+                    ids=ids,
+                    user=acting_user(request),
+                    reason=form.cleaned_data["reason"],
                 )
             except DeadLetterError as error:
                 form.add_error("reason", str(error))
@@ -404,7 +406,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
                 subscription=subscription,
                 last_error=last_error,
                 failed_upto=shown_at,
-                user=_user(request),
+                user=acting_user(request),
             )
             self._report(request, "Redrove", redriven)
             if shown > redriven:

@@ -7,9 +7,9 @@ from django.utils.html import format_html
 
 from messaging.admin.common import (
     ReadOnlyAdminMixin,
-    _message_link,
-    _timestamp,
-    _truncated,
+    outbox_link,
+    preview_text,
+    timestamp_column,
 )
 from messaging.models import Delivery
 
@@ -34,15 +34,15 @@ class DeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[Delivery]):
     ordering = ["-id"]
     list_per_page = 50
 
-    available = _timestamp("available_at", "available at")
-    leased = _timestamp("leased_until", "leased until")
+    available = timestamp_column("available_at", "available at")
+    leased = timestamp_column("leased_until", "leased until")
 
     @admin.display(description="message", ordering="message_id")
     def message_link(self, delivery: Delivery) -> str:
         return format_html(
-            "{} {}", _message_link(delivery.message_id), delivery.message.type
+            "{} {}", outbox_link(delivery.message_id), delivery.message.type
         )
 
     @admin.display(description="last error")
     def error_preview(self, delivery: Delivery) -> str:
-        return _truncated(delivery.last_error)
+        return preview_text(delivery.last_error)

@@ -11,8 +11,8 @@ from django.utils.html import format_html_join
 from messaging.admin.common import (
     STATUS_MARK,
     ReadOnlyAdminMixin,
-    _pretty_json,
-    _timestamp,
+    json_block,
+    timestamp_column,
 )
 from messaging.models import Delivery, OutboxMessage
 from messaging.registry import SUBSCRIPTIONS
@@ -63,8 +63,8 @@ class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[OutboxMessage]):
     )
     inlines = [DeliveryInline]
 
-    created = _timestamp("created_at", "created at")
-    relayed = _timestamp("relayed_at", "relayed at")
+    created = timestamp_column("created_at", "created at")
+    relayed = timestamp_column("relayed_at", "relayed at")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[OutboxMessage]:
         # The summary column reads every row's deliveries: one query for the page.
@@ -103,4 +103,4 @@ class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[OutboxMessage]):
 
     @admin.display(description="body")
     def pretty_body(self, message: OutboxMessage) -> str:
-        return _pretty_json(message.body)
+        return json_block(message.body)

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from messaging.admin.common import ReadOnlyAdminMixin, _message_link
+from messaging.admin.common import ReadOnlyAdminMixin, outbox_link
 from messaging.models import PartitionLease
 from messaging.selectors import partition_lease_rows, partitioned_loads
 
@@ -64,7 +64,7 @@ class PartitionLeaseAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[PartitionLease]):
         """Link the message the partition waits on (its oldest pending)."""
         if lease.head_offset is None:
             return "—"
-        return _message_link(lease.head_offset)
+        return outbox_link(lease.head_offset)
 
     @admin.display(description="owner", ordering="owner")
     def owner(self, lease: PartitionLease) -> str:

@@ -15,11 +15,11 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from messaging.admin.common import ActionOnlyChangeMixin, _truncated, _user
+from messaging.admin.common import ActionOnlyChangeMixin, acting_user, preview_text
 from messaging.models import StreamConsumer
 from messaging.registry import STREAM_CONSUMERS
 from messaging.selectors import stream_consumer_rows, stream_overview
-from messaging.streams import RewindError, offset_before, stream_rewind
+from messaging.services.streams import RewindError, offset_before, stream_rewind
 
 
 class UTCDateTimeField(forms.DateTimeField):
@@ -137,7 +137,7 @@ class StreamConsumerAdmin(ActionOnlyChangeMixin, admin.ModelAdmin[StreamConsumer
 
     @admin.display(description="last error")
     def error_preview(self, consumer: StreamConsumer) -> str:
-        return _truncated(consumer.last_error) or "—"
+        return preview_text(consumer.last_error) or "—"
 
     @admin.display(description="rewound", ordering="rewound_at")
     def rewound(self, consumer: StreamConsumer) -> str:
@@ -180,7 +180,9 @@ class StreamConsumerAdmin(ActionOnlyChangeMixin, admin.ModelAdmin[StreamConsumer
             offset = offset_before(at) if at else form.cleaned_data["offset"]
             rebuild: bool = form.cleaned_data["rebuild"]
             try:
-                stream_rewind(name, offset=offset, rebuild=rebuild, user=_user(request))
+                stream_rewind(
+                    name, offset=offset, rebuild=rebuild, user=acting_user(request)
+                )
             except RewindError as error:
                 form.add_error(None, str(error))
             else:

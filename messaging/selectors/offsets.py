@@ -23,11 +23,11 @@ def _earliest_offset() -> int:
     return row.first() or 1
 
 
-def _newest_subquery() -> Subquery:
+def newest_offset_subquery() -> Subquery:
     return Subquery(OutboxMessage.objects.order_by("-id").values("id")[:1])
 
 
-def _pending_per(**outer: OuterRef) -> QuerySet[Delivery, dict[str, Any]]:
+def pending_per(**outer: OuterRef) -> QuerySet[Delivery, dict[str, Any]]:
     """Return the pending deliveries matching ``outer``, one group per row."""
     rows: QuerySet[Delivery, dict[str, Any]] = (
         Delivery.objects.filter(status=Delivery.Status.PENDING, **outer)

@@ -91,8 +91,8 @@ def outbox_lag(*, now: datetime.datetime | None = None) -> OutboxLag:
     ).aggregate(oldest=Min("available_at"))["oldest"]
     return OutboxLag(
         unrelayed=unrelayed["count"],
-        oldest_unrelayed=_age(unrelayed["oldest"], now),
-        oldest_due=_age(oldest_due, now),
+        oldest_unrelayed=age_since(unrelayed["oldest"], now),
+        oldest_due=age_since(oldest_due, now),
     )
 
 
@@ -147,7 +147,7 @@ def messaging_overview(*, now: datetime.datetime | None = None) -> MessagingOver
     )
 
 
-def _age(
+def age_since(
     since: datetime.datetime | None, now: datetime.datetime
 ) -> datetime.timedelta | None:
     # Clock skew between processes can put ``since`` a moment after ``now``.

@@ -8,9 +8,9 @@ from django.db.models import Count, Min, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from messaging.models import Delivery, PartitionLease
-from messaging.partitions import partition_loads
 from messaging.registry import SUBSCRIPTIONS
-from messaging.selectors.offsets import _pending_per
+from messaging.selectors.offsets import pending_per
+from messaging.services.partitions import partition_loads
 
 
 def partition_lease_rows(
@@ -23,7 +23,7 @@ def partition_lease_rows(
     - ``hot_key`` / ``hot_key_load``: the message key (the book id) with the most
       pending deliveries in the partition, so a hot book shows by name.
     """
-    pending = _pending_per(
+    pending = pending_per(
         subscription=OuterRef("subscription"), partition=OuterRef("partition")
     )
     by_key = (

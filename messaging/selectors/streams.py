@@ -10,7 +10,7 @@ from django.db.models.functions import Coalesce
 
 from messaging.models import LogRetention, StreamConsumer
 from messaging.registry import STREAM_CONSUMERS
-from messaging.selectors.offsets import _newest_subquery, newest_offset
+from messaging.selectors.offsets import newest_offset, newest_offset_subquery
 
 
 def stream_consumer_rows(
@@ -22,7 +22,7 @@ def stream_consumer_rows(
     number of offsets it still has to read (0 when caught up).
     """
     return queryset.annotate(
-        newest_offset=Coalesce(_newest_subquery(), Value(0))
+        newest_offset=Coalesce(newest_offset_subquery(), Value(0))
     ).annotate(
         gap=Case(
             When(newest_offset__lt=F("offset"), then=Value(0)),

@@ -21,8 +21,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from messaging.models import SubscriptionState
-from messaging.selectors.offsets import _newest_subquery, _pending_per
-from messaging.selectors.overview import _age
+from messaging.selectors.offsets import newest_offset_subquery, pending_per
+from messaging.selectors.overview import age_since
 
 
 def subscription_depth_rows(
@@ -45,7 +45,7 @@ def subscription_depth_rows(
     One query: the counts are correlated subqueries over the
     ``delivery_sub_status`` index.
     """
-    pending = _pending_per(subscription=OuterRef("name"))
+    pending = pending_per(subscription=OuterRef("name"))
     oldest = Subquery(pending.annotate(m=Min("message_id")).values("m")[:1])
     return queryset.annotate(
         depth=Coalesce(
@@ -55,7 +55,7 @@ def subscription_depth_rows(
         oldest_pending_at=Subquery(
             pending.annotate(t=Min("message__created_at")).values("t")[:1]
         ),
-        newest_offset=_newest_subquery(),
+        newest_offset=newest_offset_subquery(),
     ).annotate(
         lag=Case(
             When(oldest_pending_offset__isnull=True, then=Value(0)),
@@ -91,7 +91,7 @@ def subscription_depths(
             starts_after=row.starts_after,
             depth=row.depth,  # type: ignore[attr-defined]
             lag=row.lag,  # type: ignore[attr-defined]
-            oldest_pending_age=_age(row.oldest_pending_at, now),  # type: ignore[attr-defined]
+            oldest_pending_age=age_since(row.oldest_pending_at, now),  # type: ignore[attr-defined]
         )
         for row in rows
     ]

@@ -11,13 +11,14 @@ Guarantees, and where each comes from:
 
 Sub-modules, in the order a message meets them: ``publish`` (outbox and relay),
 ``subscriptions`` (which subscription takes which message), ``claim``, ``process``,
-``drain`` (the worker's step) and ``deadletters`` (redrive, discard). The names other
+``partitions`` (ordered subscriptions), ``streams`` (the log read with offsets),
+``drain`` (the worker's step, composing them all) and ``deadletters`` (redrive,
+discard). The names other
 modules use are re-exported here.
 """
 
 from __future__ import annotations
 
-from messaging.services.claim import _lease as _lease
 from messaging.services.claim import deliveries_claim, lane_subscriptions
 from messaging.services.deadletters import (
     deadletter_discard,
@@ -25,9 +26,7 @@ from messaging.services.deadletters import (
     deadletter_redrive_cluster,
 )
 from messaging.services.drain import DrainReport, messaging_drain, work_remaining
-from messaging.services.process import Handler as Handler
 from messaging.services.process import Outcome, deliveries_process, delivery_process
-from messaging.services.process import _after_batch as _after_batch
 from messaging.services.publish import outbox_publish, relay_pending
 from messaging.services.subscriptions import subscription_start, subscription_states
 

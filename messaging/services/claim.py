@@ -15,7 +15,8 @@ from messaging.models import Delivery
 from messaging.registry import SUBSCRIPTIONS
 
 
-def _due(now: datetime.datetime) -> Q:
+def due(now: datetime.datetime) -> Q:
+    """Return the filter of deliveries due at ``now``: pending, available, unleased."""
     return Q(status=Delivery.Status.PENDING, available_at__lte=now) & (
         Q(leased_until__isnull=True) | Q(leased_until__lt=now)
     )
@@ -47,9 +48,10 @@ def deliveries_claim(
     names = lane_subscriptions(lane)
 
     def due_at(at: datetime.datetime) -> Any:
-        # Partitioned deliveries are taken a partition at a time (messaging.partitions).
+        # Partitioned deliveries are taken a partition at a time
+        # (messaging.services.partitions).
         return Delivery.objects.filter(
-            _due(at), partition__isnull=True, subscription__in=names
+            due(at), partition__isnull=True, subscription__in=names
         )
 
     # Read inside the claim's transaction: on SQLite its start can wait seconds for
@@ -65,7 +67,8 @@ _Clock = Callable[[], datetime.datetime]
 _DueAt = Callable[[datetime.datetime], Any]
 
 
-def _lease(subscription_name: str) -> datetime.timedelta:
+def lease_length(subscription_name: str) -> datetime.timedelta:
+    """Return how long a claim of the subscription's delivery lasts (its lease)."""
     own = SUBSCRIPTIONS[subscription_name].visibility
     return (
         own
@@ -91,7 +94,7 @@ def _claim_skip_locked(
         rows = list(_batch_order(locked.filter(attempts=0))[:limit])
         rows += list(_batch_order(locked.filter(attempts__gt=0))[:1])
         for row in rows:
-            row.leased_until = now + _lease(row.subscription)
+            row.leased_until = now + lease_length(row.subscription)
             row.attempts += 1
             row.lease_owner = owner
         Delivery.objects.bulk_update(rows, ["leased_until", "attempts", "lease_owner"])
@@ -157,7 +160,7 @@ def _claim_all(
     """
     groups: dict[tuple[datetime.timedelta, int], list[int]] = {}
     for pk, attempts, subscription in candidates:
-        groups.setdefault((_lease(subscription), attempts), []).append(pk)
+        groups.setdefault((lease_length(subscription), attempts), []).append(pk)
     for (lease, attempts), pks in groups.items():
         moved = due.filter(pk__in=pks, attempts=attempts).update(
             attempts=attempts + 1, lease_owner=owner, leased_until=now + lease

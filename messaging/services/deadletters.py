@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
+from messaging import dispatch
 from messaging.errors import DeadLetterError
 from messaging.models import DeadLetter, Delivery
 
@@ -59,9 +60,7 @@ def _redrive(
         redriven_at=now, redriven_by=user, redrive_count=F("redrive_count") + 1
     )
     _record(user, pks, "Redriven.")
-    from messaging.tasks import nudge_drain
-
-    transaction.on_commit(nudge_drain)
+    transaction.on_commit(dispatch.nudge_drain)
     log.info(
         "%s dead letter(s) redriven by %s: %s",
         len(pks),

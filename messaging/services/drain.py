@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from messaging.models import Delivery, OutboxMessage
-from messaging.services.claim import _due, deliveries_claim, lane_subscriptions
+from messaging.services.claim import deliveries_claim, due, lane_subscriptions
+from messaging.services.partitions import partition_work, partitions_drain
 from messaging.services.process import Outcome, deliveries_process
 from messaging.services.publish import relay_pending
+from messaging.services.streams import streams_advance, streams_behind
 
 
 @dataclass
@@ -43,9 +45,6 @@ def messaging_drain(
     with work a turn, and (main lane) move the stream consumers on. The budget keeps
     one rq job from holding a worker forever; the caller re-nudges when work remains.
     """
-    from messaging.partitions import partitions_drain
-    from messaging.streams import streams_advance
-
     report = DrainReport()
     started = timezone.now()
     deadline = started + datetime.timedelta(seconds=budget_seconds)
@@ -66,15 +65,12 @@ def messaging_drain(
 
 def work_remaining(now: datetime.datetime | None = None, *, lane: str = "main") -> bool:
     """Return whether anything is waiting for a drain of ``lane`` right now."""
-    from messaging.partitions import partition_work
-    from messaging.streams import streams_behind
-
     now = now or timezone.now()
     names = lane_subscriptions(lane)
     return (
         OutboxMessage.objects.filter(relayed_at__isnull=True).exists()
         or Delivery.objects.filter(
-            _due(now), partition__isnull=True, subscription__in=names
+            due(now), partition__isnull=True, subscription__in=names
         ).exists()
         or partition_work(now, lane=lane)
         or (lane == "main" and streams_behind())

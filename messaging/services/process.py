@@ -11,20 +11,23 @@ import datetime
 import logging
 import random
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
-from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
-from messaging.registry import SUBSCRIPTIONS, Subscription
+from messaging.models import DeadLetter, Delivery, ProcessedMessage
+from messaging.registry import (
+    AFTER_BATCH,
+    HANDLERS,
+    OUTSIDE,
+    SUBSCRIPTIONS,
+    Subscription,
+)
 
 log = logging.getLogger("messaging")
 
-Handler = Callable[[OutboxMessage], None]
 _random = random.SystemRandom()
 
 
@@ -47,16 +50,17 @@ def deliveries_process(deliveries: list[Delivery], *, owner: str) -> list[Outcom
     try:
         return [delivery_process(d, owner=owner) for d in ordered]
     finally:
-        _after_batch({d.subscription for d in deliveries})
+        after_batch_run({d.subscription for d in deliveries})
 
 
-def _after_batch(subscriptions: set[str]) -> None:
+def after_batch_run(subscriptions: set[str]) -> None:
+    """Run the after-batch step of each of ``subscriptions`` that has one."""
     for name in sorted(subscriptions):
-        path = SUBSCRIPTIONS[name].after_batch
-        if path is None:
+        flush = AFTER_BATCH.get(name) if SUBSCRIPTIONS[name].after_batch else None
+        if flush is None:
             continue
         try:
-            import_string(path)()
+            flush()
         except Exception:
             # The deliveries are done; what failed here is a best-effort send.
             log.exception("after-batch step of %s failed", name)
@@ -82,8 +86,8 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
         _dead_letter(delivery, subscription, reason)
         return Outcome(delivery.pk, "dead")
     try:
-        if subscription.outside is not None:
-            import_string(subscription.outside)(delivery.message)
+        if subscription.outside:
+            OUTSIDE[subscription.name](delivery.message)
         with transaction.atomic():
             return _apply(delivery, owner)
     except _LeaseLost:
@@ -95,7 +99,7 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
 def _apply(delivery: Delivery, owner: str) -> Outcome:
     """Guard row, effect and done mark. Call inside ``atomic()``; raises on failure."""
     subscription = SUBSCRIPTIONS[delivery.subscription]
-    handler: Handler = import_string(subscription.handler)
+    handler = HANDLERS[subscription.name]
     try:
         with transaction.atomic():
             ProcessedMessage.objects.create(

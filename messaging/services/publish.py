@@ -12,26 +12,22 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from messaging import dispatch
 from messaging.models import Delivery, OutboxMessage
 from messaging.policies import partition_of
-from messaging.registry import MessageType, subscriptions_for
+from messaging.registry import subscriptions_for
 from messaging.services.subscriptions import subscription_states
 
 
-def outbox_publish(
-    *, type: MessageType, key: str | int, body: dict[str, Any]
-) -> OutboxMessage:
+def outbox_publish(*, type: str, key: str | int, body: dict[str, Any]) -> OutboxMessage:
     """Append a message to the outbox. Call inside the transaction of the change.
 
     The relay is nudged after commit; a rollback takes the message with it.
     """
     if not connection.in_atomic_block:
         raise RuntimeError("outbox_publish must run inside the change's transaction")
-    message = OutboxMessage.objects.create(type=type.value, key=str(key), body=body)
-    # Imported here: tasks import this module.
-    from messaging.tasks import nudge_drain
-
-    transaction.on_commit(nudge_drain)
+    message = OutboxMessage.objects.create(type=str(type), key=str(key), body=body)
+    transaction.on_commit(dispatch.nudge_drain)
     return message
 
 

@@ -9,10 +9,10 @@ import os
 import signal
 from pathlib import Path
 
-import library.subscribers
+from messaging import registry
 from messaging.models import OutboxMessage
 
-_original = library.subscribers.notify_member
+_original = registry.HANDLERS["notification"]
 
 
 def _poisoned(message: OutboxMessage) -> None:
@@ -25,4 +25,4 @@ def _poisoned(message: OutboxMessage) -> None:
 
 
 def install() -> None:
-    library.subscribers.notify_member = _poisoned
+    registry.HANDLERS["notification"] = _poisoned

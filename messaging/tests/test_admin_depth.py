@@ -19,7 +19,6 @@ from messaging.models import (
     StreamConsumer,
     SubscriptionState,
 )
-from messaging.partitions import partition_loads
 from messaging.registry import SUBSCRIPTIONS, MessageType
 from messaging.selectors import (
     partitioned_loads,
@@ -27,6 +26,7 @@ from messaging.selectors import (
     subscription_depths,
 )
 from messaging.services import outbox_publish, relay_pending
+from messaging.services.partitions import partition_loads
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from library import subscribers
 from library.models import Book, BookLedger, StockProjection
 from library.services import loan_issue, stock_correct
-from messaging import partitions, streams
+from messaging import registry
 from messaging.models import (
     DeadLetter,
     Delivery,
@@ -29,11 +29,13 @@ from messaging.registry import SUBSCRIPTIONS, MessageType
 from messaging.services import (
     messaging_drain,
     outbox_publish,
+    partitions,
     relay_pending,
+    streams,
     subscription_start,
     work_remaining,
 )
-from messaging.streams import (
+from messaging.services.streams import (
     RewindError,
     log_trim,
     offset_before,
@@ -57,7 +59,7 @@ def no_commit_grace(request, monkeypatch):
 def probe(seq: int, **extra: object) -> OutboxMessage:
     with transaction.atomic():
         return outbox_publish(
-            type=MessageType.LAB_PROBE,
+            type="lab_probe",  # the course registers it
             key=seq,
             body={"run": "depth", "seq": seq, **extra},
         )
@@ -178,7 +180,7 @@ def test_in_book_order_holds_under_several_drains_with_random_delays(
     library_rows, monkeypatch
 ):
     """Four drains at once, each effect delayed at random: no book ever inverts."""
-    monkeypatch.setattr("messaging.tasks.nudge_drain", lambda lane="main": None)
+    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda lane="main": None)
     real_append = subscribers.ledger_append
     rng = random.Random(20250720)
 
@@ -186,7 +188,7 @@ def test_in_book_order_holds_under_several_drains_with_random_delays(
         time.sleep(rng.uniform(0, 0.004))
         real_append(message)
 
-    monkeypatch.setattr(subscribers, "ledger_append", slow_append)
+    monkeypatch.setitem(registry.HANDLERS, "book_ledger", slow_append)
     changes = 48
     for n in range(changes):
         stock_correct(book_id=n % 6 + 1, on_shelf=n % 5 + 1)
@@ -282,13 +284,13 @@ def test_a_failing_batch_moves_neither_offset_nor_projection(library_rows, monke
             raise RuntimeError("projection store unavailable")
         real(message)
 
-    monkeypatch.setattr(subscribers, "stock_project", fails_on_book_2)
+    monkeypatch.setitem(registry.STREAM_HANDLERS, PROJECTION, fails_on_book_2)
     assert stream_advance(PROJECTION) == 0
     consumer = StreamConsumer.objects.get(name=PROJECTION)
     assert (consumer.offset, consumer.state) == (0, "failing")
     assert "projection store unavailable" in consumer.last_error
     assert projected() == {}  # book 1's effect rolled back with the offset
-    monkeypatch.setattr(subscribers, "stock_project", real)
+    monkeypatch.setitem(registry.STREAM_HANDLERS, PROJECTION, real)
     catch_up()
     assert projected() == {1: 7, 2: 8}
 
@@ -406,9 +408,10 @@ def test_a_subscriptions_slow_part_runs_outside_its_transaction(
 ):
     """The slow lane's wait must not hold the database (SQLite's one write lock)."""
     seen: list[bool] = []
-    monkeypatch.setattr("messaging.tasks.nudge_drain", lambda lane="main": None)
-    monkeypatch.setattr(
-        "messaging.probes.slow_probe_work",
+    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda lane="main": None)
+    monkeypatch.setitem(
+        registry.OUTSIDE,
+        "lab_slow",
         lambda message: seen.append(connection.in_atomic_block),
     )
     subscription_start("lab_slow")

@@ -5,7 +5,7 @@ from django.test import Client
 from django.urls import reverse
 
 from messaging.models import LogRetention, OutboxMessage, StreamConsumer
-from messaging.streams import RewindError, stream_rewind
+from messaging.services.streams import RewindError, stream_rewind
 from messaging.tests.test_admin_depth import CONSUMER, publish, rewind_url
 
 pytestmark = pytest.mark.django_db

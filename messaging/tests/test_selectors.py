@@ -35,20 +35,16 @@ def failing_broadcast(message):
 def break_subscribers(monkeypatch):
     """Make notification and broadcast fail, and give up after one attempt."""
     for name, handler in (
-        ("notification", "failing_notify"),
-        ("broadcast", "failing_broadcast"),
+        ("notification", failing_notify),
+        ("broadcast", failing_broadcast),
     ):
         sub = registry.SUBSCRIPTIONS[name]
         monkeypatch.setitem(
             registry.SUBSCRIPTIONS,
             name,
-            registry.Subscription(
-                name=name,
-                accepts=sub.accepts,
-                handler=f"messaging.tests.test_selectors.{handler}",
-                max_attempts=1,
-            ),
+            registry.Subscription(name=name, accepts=sub.accepts, max_attempts=1),
         )
+        monkeypatch.setitem(registry.HANDLERS, name, handler)
 
 
 def issue_and_drain(*members: int) -> None:

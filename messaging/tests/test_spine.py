@@ -3,14 +3,17 @@
 import datetime
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.db import connection, transaction
 from django.utils import timezone
 
 from library.errors import LibraryError
 from library.models import Book, BookLedger, BranchStock, Notification
 from library.services import loan_issue, loan_return, stock_correct
+from library.subscribers import notify_member
 from messaging import registry
+from messaging.checks import registry_check
 from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
 from messaging.services import (
     deadletter_redrive,
@@ -170,9 +173,9 @@ def broken_notifications(monkeypatch, steady_jitter):
             accepts=sub.accepts,
             max_attempts=3,
             backoff=LONG_BACKOFF,
-            handler="messaging.tests.test_spine.broken_handler",
         ),
     )
+    monkeypatch.setitem(registry.HANDLERS, "notification", broken_handler)
 
 
 def test_failure_is_retried_with_backoff_then_dead_lettered(
@@ -217,8 +220,8 @@ def test_redrive_after_the_fix_processes_the_letter(
     registry.SUBSCRIPTIONS["notification"] = registry.Subscription(
         name="notification",
         accepts=registry.SUBSCRIPTIONS["notification"].accepts,
-        handler="library.subscribers.notify_member",
     )  # (monkeypatch restores the original after the test)
+    registry.HANDLERS["notification"] = notify_member
     assert deadletter_redrive(ids=[letter.pk], user=operator) == 1
     assert deadletter_redrive(ids=[letter.pk], user=operator) == 0  # once only
     delivery = Delivery.objects.get(pk=letter.delivery_id)
@@ -268,8 +271,50 @@ def test_unparseable_body_goes_to_dead_letters_and_the_rest_flow(library_rows):
 
 def test_registry_refuses_an_unhandled_type(monkeypatch):
     monkeypatch.setattr(registry, "SUBSCRIPTIONS", {})
-    with pytest.raises(ImproperlyConfigured, match="loan_issued"):
-        registry.check_registry()
+    errors = {e.id: e.msg for e in registry_check()}
+    assert "loan_issued" in errors["messaging.E004"]
+
+
+def test_check_passes_on_the_project():
+    assert registry_check() == []
+
+
+def test_check_names_a_subscription_without_handler(monkeypatch):
+    monkeypatch.setitem(
+        registry.SUBSCRIPTIONS,
+        "orphan",
+        registry.Subscription(name="orphan", accepts=registry.LIBRARY_TYPES),
+    )
+    errors = registry_check()
+    assert [e.id for e in errors] == ["messaging.E001"]
+    assert "'orphan'" in errors[0].msg
+
+
+def test_check_names_a_missing_after_batch_step(monkeypatch):
+    monkeypatch.delitem(registry.AFTER_BATCH, "broadcast")
+    assert [e.id for e in registry_check()] == ["messaging.E002"]
+
+
+def test_check_names_a_missing_stream_reset(monkeypatch):
+    monkeypatch.delitem(registry.STREAM_RESETS, "stock_projection")
+    assert [e.id for e in registry_check()] == ["messaging.E003"]
+
+
+def test_check_names_an_unregistered_type_and_a_stray_handler(monkeypatch):
+    monkeypatch.setitem(
+        registry.SUBSCRIPTIONS,
+        "odd",
+        registry.Subscription(name="odd", accepts=frozenset({"never_registered"})),
+    )
+    monkeypatch.setitem(registry.HANDLERS, "odd", lambda message: None)
+    monkeypatch.setitem(registry.HANDLERS, "typo", lambda message: None)
+    assert [e.id for e in registry_check()] == ["messaging.E005", "messaging.E006"]
+
+
+def test_manage_check_fails_on_a_missing_handler(monkeypatch):
+    monkeypatch.delitem(registry.HANDLERS, "notification")
+    with pytest.raises(SystemCheckError, match=r"messaging\.E001"):
+        call_command("check")
 
 
 @pytest.mark.skipif(
@@ -314,8 +359,8 @@ def test_claim_that_loses_a_race_falls_back_to_row_by_row(library_rows, monkeypa
 @pytest.mark.django_db(transaction=True)
 def test_broadcasts_of_a_batch_are_sent_once_it_is_processed(library_rows, monkeypatch):
     """Committed broadcast deliveries queue their event; the batch's end sends them."""
-    from library import subscribers
     from messaging.services import deliveries_process
+    from realtime import broadcast
 
     sent: list[tuple[str, int, int]] = []
 
@@ -323,8 +368,8 @@ def test_broadcasts_of_a_batch_are_sent_once_it_is_processed(library_rows, monke
         async def group_send(self, group, event):
             sent.append((group, event["book"], event["offset"]))
 
-    monkeypatch.setattr(subscribers, "get_channel_layer", lambda: Layer())
-    monkeypatch.setattr("messaging.tasks.nudge_drain", lambda: None)
+    monkeypatch.setattr(broadcast, "get_channel_layer", lambda: Layer())
+    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda: None)
     first = loan_issue(book_id=1, member_id=1)  # book 1 is at branch 2
     second = loan_issue(book_id=2, member_id=1)  # book 2 at branch 1
     relay_pending()
@@ -341,4 +386,4 @@ def test_broadcasts_of_a_batch_are_sent_once_it_is_processed(library_rows, monke
         [("branch-2", 1, min(offsets)), ("branch-1", 2, max(offsets))]
     )
     assert (first.book_id, second.book_id) == (1, 2)
-    assert subscribers._pending_broadcasts == []
+    assert broadcast._pending_broadcasts == []

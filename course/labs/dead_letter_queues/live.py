@@ -28,9 +28,9 @@ def live(params: Params, progress: Progress) -> Tables:
     """
     import json
 
+    from course.instruments.probes import fixed_marker
     from course.labs import live as harness
     from messaging.models import DeadLetter
-    from messaging.probes import fixed_marker
     from messaging.registry import SUBSCRIPTIONS
     from messaging.services import deadletter_redrive
 

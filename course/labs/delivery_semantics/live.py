@@ -35,9 +35,9 @@ def _live_rq_mode(
     system: LiveSystem, mode: str, run: str, messages: int, crashes: set[int]
 ) -> Counts:
     """One rq job per message on the run's private queue; wait until all settle."""
+    from course.instruments.probes import crash_token
     from course.labs import live as harness
     from course.labs.live_jobs import probe_at_least_once, probe_at_most_once
-    from messaging.probes import crash_token
 
     job_ids = []
     for seq in range(1, messages + 1):

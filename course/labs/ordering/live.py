@@ -169,7 +169,7 @@ def _live_partitioned(
     from library.models import BookLedger
     from library.services import stock_correct
     from messaging.models import Delivery, OutboxMessage
-    from messaging.partitions import partition_loads
+    from messaging.services.partitions import partition_loads
 
     partitions = SUBSCRIPTIONS[LEDGER].partitions
     order_of: dict[int, int] = {}  # message id -> event order

@@ -268,6 +268,7 @@ def _live_slow(
 
 
 def _live_filter(probes: _Probes, books: list[int]) -> list[list[Cell]]:
+    from course.instruments.probes import LAB_PROBE
     from course.labs import live_streams as helpers
     from messaging.models import Delivery
     from messaging.registry import SUBSCRIPTIONS, MessageType
@@ -277,12 +278,12 @@ def _live_filter(probes: _Probes, books: list[int]) -> list[list[Cell]]:
     with_states = subscription_states()
     active = [name for name in SUBSCRIPTIONS if with_states[name].active]
     by_type: dict[str, list[int]] = {
-        MessageType.LAB_PROBE.value: [],
+        LAB_PROBE: [],
         MessageType.STOCK_CORRECTED.value: [],
     }
     for n in range(LIVE_MIXED):
         if n % 2 == 0:
-            by_type[MessageType.LAB_PROBE.value] += probes.publish(1)
+            by_type[LAB_PROBE] += probes.publish(1)
         else:
             book = books[n // 2 % len(books)]
             by_type[MessageType.STOCK_CORRECTED.value] += helpers.stock_recount(
@@ -307,7 +308,7 @@ def _live_filter(probes: _Probes, books: list[int]) -> list[list[Cell]]:
 
 def _live_late(probes: _Probes) -> tuple[list[Cell], list[list[Cell]]]:
     from course.labs.live import PROBE_SUBSCRIPTION
-    from messaging.models import ProbeEffect
+    from course.models import ProbeEffect
     from messaging.services import subscription_start
 
     before = probes.publish(LATE_BEFORE_JOINING)

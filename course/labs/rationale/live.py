@@ -50,8 +50,8 @@ def _issue_and_die(
     """Run the child that issues the loans and is killed right after answering."""
     import signal
 
+    from course.instruments.probes import probe_dir
     from jobs.processes import child_environment, start_manage
-    from messaging.probes import probe_dir
 
     folder = probe_dir(system.run)
     answers = folder / f"answers-{flag}"

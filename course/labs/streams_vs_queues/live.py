@@ -170,7 +170,7 @@ def _replay_to(system: LiveSystem, offset: int, *, rebuild: bool) -> int:
 
     from course.labs import live as harness
     from messaging.models import OutboxMessage, StreamConsumer
-    from messaging.streams import stream_rewind
+    from messaging.services.streams import stream_rewind
 
     def applied() -> int:
         row = StreamConsumer.objects.values_list("applied_total", flat=True)
@@ -189,7 +189,7 @@ def _replay_to(system: LiveSystem, offset: int, *, rebuild: bool) -> int:
 
 
 def _live_replay(system: LiveSystem, ids: list[int]) -> list[list[Cell]]:
-    from messaging.streams import earliest_offset
+    from messaging.services.streams import earliest_offset
 
     before = _projection()
     rows = [_projection_row("live consumer, caught up", None, None, before)]

@@ -33,11 +33,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
+from messaging import dispatch
 from messaging.errors import PermanentMessageError
 from messaging.models import Delivery, LogRetention, OutboxMessage, StreamConsumer
-from messaging.registry import STREAM_CONSUMERS
+from messaging.registry import STREAM_CONSUMERS, STREAM_HANDLERS, STREAM_RESETS
 
 log = logging.getLogger("messaging")
 
@@ -134,7 +134,7 @@ def _advance(name: str, *, skip: int | None = None, reason: str = "") -> int:
         messages = list(unread.order_by("id")[: spec.batch])
         if not messages:
             return 0
-        handler = import_string(spec.handler)
+        handler = STREAM_HANDLERS[name]
         for message in messages:
             if message.pk == skip or message.type not in spec.accepts:
                 continue
@@ -244,7 +244,7 @@ def stream_rewind(
         StreamConsumer.objects.get_or_create(name=name)
         consumer = StreamConsumer.objects.select_for_update().get(name=name)
         if rebuild:
-            import_string(STREAM_CONSUMERS[name].reset)()
+            STREAM_RESETS[name]()
         consumer.offset = offset
         consumer.state = StreamConsumer.State.OK
         consumer.last_error = ""
@@ -252,9 +252,7 @@ def stream_rewind(
         consumer.rewound_by = user  # type: ignore[assignment]
         consumer.rewound_to = offset
         consumer.save()
-        from messaging.tasks import nudge_drain
-
-        transaction.on_commit(nudge_drain)
+        transaction.on_commit(dispatch.nudge_drain)
     log.info("stream consumer %s rewound to %s (rebuild=%s)", name, offset, rebuild)
     return consumer
 

@@ -1,4 +1,9 @@
-"""The ``lab_probe`` subscription: an effect the course's live labs can count and break.
+"""The ``lab_probe`` message type and its subscriptions: effects the course's live labs
+can count and break.
+
+Registered from ``CourseConfig.ready()`` (``probes_register``): the type, the three
+lab subscriptions (``lab_probe``, ``lab_slow``, ``lab_late``) and, through the
+decorators below, their handlers. The system apps know none of it.
 
 A probe message's body says what should go wrong, so a lab can reproduce a lesson's
 failure on real worker processes:
@@ -15,14 +20,58 @@ failure on real worker processes:
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import time
 from pathlib import Path
+from typing import Final
 
 from django.conf import settings
 
-from messaging.models import OutboxMessage, ProbeEffect
+from course.models import ProbeEffect
+from messaging.models import OutboxMessage
+from messaging.policies import Backoff
+from messaging.registry import (
+    Subscription,
+    message_type_register,
+    outside_handler,
+    subscription_handler,
+    subscription_register,
+)
+
+# Published only by the course's live labs: a measurable effect with crash points.
+LAB_PROBE: Final = "lab_probe"
+
+LAB_SUBSCRIPTIONS = (
+    Subscription(
+        name="lab_slow",
+        accepts=frozenset({LAB_PROBE}),
+        outside=True,
+        lane="slow",
+        starts_active=False,
+    ),
+    Subscription(
+        name="lab_late",
+        accepts=frozenset({LAB_PROBE}),
+        starts_active=False,
+    ),
+    Subscription(
+        name="lab_probe",
+        accepts=frozenset({LAB_PROBE}),
+        # The threshold of the dead-letter and poison lessons.
+        max_attempts=3,
+        backoff=Backoff(base_ms=50, cap_ms=400),
+        # Short: a lab waits seconds, not half a minute, for a dead worker's lease.
+        visibility=datetime.timedelta(seconds=2),
+    ),
+)
+
+
+def probes_register() -> None:
+    """Declare the probe type and the lab subscriptions in the messaging registry."""
+    message_type_register(LAB_PROBE)
+    subscription_register(*LAB_SUBSCRIPTIONS)
 
 
 def probe_dir(run: str) -> Path:
@@ -49,6 +98,7 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@subscription_handler("lab_probe")
 def apply_probe(message: OutboxMessage) -> None:
     """Apply the probe's effect, after whatever failure its body asks for."""
     body = message.body
@@ -68,12 +118,14 @@ def apply_probe(message: OutboxMessage) -> None:
         _die()  # after the effect, before the commit: the effect rolls back
 
 
+@outside_handler("lab_slow")
 def slow_probe_work(message: OutboxMessage) -> None:
     """The slow subscriber's slow part (a stand-in for a network call): it runs
     outside the delivery's transaction, so it never holds the database."""
     time.sleep(int(message.body.get("slow_ms", 0)) / 1000)
 
 
+@subscription_handler("lab_slow")
 def apply_slow_probe(message: OutboxMessage) -> None:
     """The publish-subscribe lab's deliberately slow subscriber: record the effect."""
     body = message.body
@@ -82,6 +134,7 @@ def apply_slow_probe(message: OutboxMessage) -> None:
     )
 
 
+@subscription_handler("lab_late")
 def apply_late_probe(message: OutboxMessage) -> None:
     """The publish-subscribe lab's late subscriber: records what reached it."""
     body = message.body

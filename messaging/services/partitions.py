@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import TYPE_CHECKING
 
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from messaging.models import Delivery, PartitionLease
 from messaging.registry import SUBSCRIPTIONS, Subscription
-
-if TYPE_CHECKING:
-    from messaging.services import Outcome
+from messaging.services.claim import lease_length
+from messaging.services.process import Outcome, after_batch_run, delivery_process
 
 log = logging.getLogger("messaging")
 
@@ -100,8 +98,6 @@ def partitions_drain(
     *, owner: str, lane: str, deadline: datetime.datetime
 ) -> list[Outcome]:
     """Give each free partition of ``lane`` with a ready head a turn."""
-    from messaging.services import _after_batch
-
     outcomes: list[Outcome] = []
     for subscription in partitioned_subscriptions(lane):
         _ensure_leases(subscription)
@@ -116,14 +112,12 @@ def partitions_drain(
                 outcomes += _turn(subscription, partition, owner, deadline)
             finally:
                 _lease_release(subscription.name, partition, owner)
-        _after_batch({subscription.name})
+        after_batch_run({subscription.name})
     return outcomes
 
 
 def _lease_length(subscription: Subscription) -> datetime.timedelta:
-    from messaging.services import _lease
-
-    return _lease(subscription.name)
+    return lease_length(subscription.name)
 
 
 def _lease_take(subscription: Subscription, partition: int, owner: str) -> bool:
@@ -148,8 +142,6 @@ def _turn(
     deadline: datetime.datetime,
 ) -> list[Outcome]:
     """Process the partition's deliveries in offset order until one must wait."""
-    from messaging.services import delivery_process
-
     outcomes: list[Outcome] = []
     for _ in range(PARTITION_TURN):
         now = timezone.now()

@@ -1,0 +1,94 @@
+"""The ``broadcast`` subscription: a change's shelf counts sent to its branch's pages.
+
+The handler runs in the delivery's transaction and only queues the event; the batch's
+after-batch step sends every queued event to its ``branch-<id>`` channels group in one
+event loop, counting each send (``realtime.accounting``). Both are bound to the
+subscription (declared in ``messaging.registry``) when ``RealtimeConfig.ready()``
+imports this module.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+from library.selectors.stock import branch_stock_state
+from messaging.errors import body_int
+from messaging.models import OutboxMessage
+from messaging.registry import after_batch_handler, subscription_handler
+from realtime.accounting import broadcasts_record
+
+
+def broadcasts_send(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """Send each ``(group, event)`` on ``layer`` in one event loop; count the sends.
+
+    Call from synchronous code (a worker's drain, a sync view). A send that raises
+    stops the rest and propagates; the ones already made are counted first.
+    """
+    sent: list[str] = []
+
+    async def send_all() -> None:
+        for group, event in messages:
+            await layer.group_send(group, event)
+            sent.append(group)
+
+    try:
+        async_to_sync(send_all)()
+    finally:
+        broadcasts_record(sent)
+
+
+# Events of committed broadcast deliveries waiting for the end of the batch. A worker
+# process drains one batch at a time, so the list belongs to the batch in hand; it is
+# guarded anyway, as a process may run drains on threads (the tests do).
+_pending_broadcasts: list[dict[str, Any]] = []
+_pending_lock = threading.Lock()
+
+
+@subscription_handler("broadcast")
+def broadcast_branch_stock(message: OutboxMessage) -> None:
+    """Queue the changed book's count and the branch total for the branch's pages.
+
+    The event is queued only once the guard row has committed, and sent by
+    ``broadcast_flush`` at the end of the batch: network I/O stays out of the
+    transaction, and a batch costs one trip to the channel layer, not one per loan.
+    """
+    branch_id = body_int(message.body, "branch_id")
+    book_id = body_int(message.body, "book_id")
+    state = branch_stock_state(branch_id)
+    event = {
+        "type": "stock.update",
+        "branch": branch_id,
+        "version": state["version"],
+        "total": state["total"],
+        "book": book_id,
+        "on_shelf": state["books"].get(str(book_id), 0),
+        "offset": message.pk,
+    }
+
+    def queue() -> None:
+        with _pending_lock:
+            _pending_broadcasts.append(event)
+
+    transaction.on_commit(queue)
+
+
+@after_batch_handler("broadcast")
+def broadcast_flush() -> None:
+    """Send the queued events to their branches' groups, in one event loop.
+
+    A failed send is logged by the caller, not retried: the deliveries are done, and
+    a page that misses a version asks for a fresh snapshot.
+    """
+    with _pending_lock:
+        events = list(_pending_broadcasts)
+        _pending_broadcasts.clear()
+    layer = get_channel_layer()
+    if not events or layer is None:
+        return
+    broadcasts_send(layer, [(f"branch-{event['branch']}", event) for event in events])
