@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from typing import Any
 
@@ -124,3 +125,25 @@ def report_resume(*, job_id: uuid.UUID, queue: Any = None) -> JobStatus:
         job.refresh_from_db()
         _enqueue(job, queue)
     return job
+
+
+# --- the scheduled run (jobs.periodic) ------------------------------------------------
+
+
+def report_month(slot: datetime.datetime) -> str:
+    """Return "YYYY-MM" of the month before the slot's UTC day: the month reported."""
+    last_day = slot.astimezone(datetime.UTC).date().replace(day=1) - datetime.timedelta(
+        days=1
+    )
+    return f"{last_day.year:04d}-{last_day.month:02d}"
+
+
+def monthly_loan_report_start(*, slot: datetime.datetime) -> str:
+    """Start the report of the month before ``slot``; return its JobStatus id.
+
+    The month comes from the slot, not from today, so a caught-up run reports the
+    month it was due for. It records the report's JobStatus and enqueues the long
+    job, which guards itself with its own lease.
+    """
+    job = monthly_report_start(month=report_month(slot))
+    return str(job.pk)
