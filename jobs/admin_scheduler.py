@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 
 from jobs.locks import LeaseHolder, lease_holder
 from jobs.models import ScheduledTaskState
+from jobs.permissions import PAUSE_SCHEDULED_TASK, RUN_SCHEDULED_TASK, user_may
 from jobs.recurrence import CatchUp, current_slot
 from jobs.scheduler import TASKS_BY_NAME, PeriodicTask, lease_name, schedule_redis
 from jobs.scheduler_actions import (
@@ -53,7 +54,6 @@ from jobs.scheduler_actions import (
     scheduled_task_resume,
     scheduled_task_run_now,
 )
-from library.permissions import PAUSE_SCHEDULED_TASK, RUN_SCHEDULED_TASK, user_may
 
 NOT_DEFINED = "(no longer defined)"
 _STAMP = "%Y-%m-%d %H:%M:%S"
