@@ -11,7 +11,7 @@ from django.utils.html import format_html
 
 # For its side effect: it re-registers django-rq's admin with guarded routes.
 import jobs.admin_rq
-import jobs.admin_schedule  # noqa: F401  (registers the scheduled tasks' admin)
+import jobs.admin_scheduler  # noqa: F401  (registers the scheduled tasks' admin)
 from jobs import report
 from jobs.models import JobStatus
 from jobs.services import CancelOutcome

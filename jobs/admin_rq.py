@@ -21,7 +21,7 @@ from django_rq import settings as rq_settings
 from django_rq.admin import QueueAdmin
 from django_rq.models import Dashboard
 
-from library.permissions import RQ_DASHBOARD, user_may
+from jobs.permissions import RQ_DASHBOARD, user_may
 
 RqView = Callable[..., HttpResponse]
 

@@ -6,6 +6,9 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: it reads rq queues and settings, which need the app registry.
+        from jobs.periodic import PERIODIC_TASKS
+        from jobs.scheduler import periodic_tasks_register
         from jobs.telemetry import telemetry_register
 
         telemetry_register()
+        periodic_tasks_register(*PERIODIC_TASKS)

@@ -2,7 +2,7 @@
 
 Each app declares the series it owns (``series_define``) and, if it measures levels,
 a sampler (``sampler_register``), from its ``AppConfig.ready``; this module knows no
-domain. The scheduler runs ``series_sample`` once a minute (``PERIODIC_TASKS``) in
+domain. The scheduler runs ``series_sample`` once a minute (``jobs.periodic``) in
 its own process, so a queue that is backed up cannot delay the sample measuring it.
 
 Three kinds of series, because "nothing recorded" means different things:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime
 
-from jobs.schedule_actions import scheduled_task_action_run as run_action
-from jobs.scheduling import scheduled_run as run_slot
+from jobs.scheduler import scheduled_run as run_slot
+from jobs.scheduler_actions import scheduled_task_action_run as run_action
 from jobs.services import jobstatus_prune as prune
 
 

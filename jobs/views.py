@@ -26,6 +26,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from jobs import report
 from jobs.models import JobStatus
+from jobs.permissions import RUN_REPORT, permission_required
 from jobs.selectors import (
     jobstatus_changed_since,
     jobstatus_payload,
@@ -33,9 +34,7 @@ from jobs.selectors import (
     report_get,
     report_recent,
 )
-from library import permissions
 from library.models import Branch
-from library.permissions import permission_required
 from library.views import HttpResponseSeeOther
 
 
@@ -145,7 +144,7 @@ def _wants_json(request: HttpRequest) -> bool:
 
 
 @never_cache
-@permission_required(permissions.RUN_REPORT)
+@permission_required(RUN_REPORT)
 @require_http_methods(["GET", "POST"])
 def report_start(request: HttpRequest) -> HttpResponse:
     """Show the report form and the latest reports; start one on POST."""
@@ -198,7 +197,7 @@ def report_detail(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
     )
 
 
-@permission_required(permissions.RUN_REPORT)
+@permission_required(RUN_REPORT)
 @require_POST
 def report_cancel_view(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
     """The page's Cancel button: record the request; the job stops at its next chunk."""
@@ -210,7 +209,7 @@ def report_cancel_view(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
     return HttpResponseSeeOther(reverse("report-detail", args=[job.pk]))
 
 
-@permission_required(permissions.RUN_REPORT)
+@permission_required(RUN_REPORT)
 @require_POST
 def report_resume_view(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
     """The page's Resume button: enqueue the report again from its checkpoint."""

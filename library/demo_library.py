@@ -37,8 +37,8 @@ from itertools import accumulate
 from pathlib import Path
 from typing import TypedDict
 
-from jobs.scheduling import LOAN_PERIOD_DAYS
 from library.models import Book, Branch, Loan, Member
+from library.services.notices import LOAN_PERIOD_DAYS
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SEED = 1813  # any fixed number: it only has to stay the same between runs

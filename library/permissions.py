@@ -1,4 +1,4 @@
-"""The named rights of the site, in one place, and the view guard that checks them.
+"""The named rights of the site, in one place (the guard is ``jobs.permissions``).
 
 Being staff only opens the admin; every privileged action needs its own permission
 (a superuser has them all). The custom ones are declared in ``Meta.permissions`` of
@@ -9,26 +9,25 @@ them to a user or a group; django-rq brings its own dashboard permission.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Concatenate, Final, ParamSpec
+from typing import Final
 
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.models import AnonymousUser, Permission, PermissionsMixin
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth.models import Permission
+
+# The generic guard and the jobs app's rights live in jobs (infrastructure); they
+# are named here too, so every right of the site is listed in one place.
+from jobs.permissions import (
+    PAUSE_SCHEDULED_TASK,
+    RQ_DASHBOARD,
+    RUN_REPORT,
+    RUN_SCHEDULED_TASK,
+    permission_required,
+    user_may,
+)
 
 ISSUE_LOAN: Final = "library.issue_loan"
 RETURN_LOAN: Final = "library.return_loan"
 CORRECT_STOCK: Final = "library.correct_stock"
-RUN_REPORT: Final = "jobs.run_report"
-# The scheduler's operator actions: running a task's slot now, pausing and resuming.
-RUN_SCHEDULED_TASK: Final = "jobs.run_scheduled_task"
-PAUSE_SCHEDULED_TASK: Final = "jobs.pause_scheduled_task"
 RUN_LIVE_LAB: Final = "course.run_live_lab"
-# django-rq's own (django_rq.models.Dashboard): its dashboard and every action in it.
-RQ_DASHBOARD: Final = "django_rq.admin"
 # The admin's Operations history and /metrics (declared on messaging.OutboxMessage).
 VIEW_OPERATIONS: Final = "messaging.view_operations"
 NAMED: Final = (
@@ -43,41 +42,24 @@ NAMED: Final = (
     VIEW_OPERATIONS,
 )
 
-P = ParamSpec("P")
-View = Callable[Concatenate[HttpRequest, P], HttpResponse]
+__all__ = [
+    "CORRECT_STOCK",
+    "ISSUE_LOAN",
+    "NAMED",
+    "PAUSE_SCHEDULED_TASK",
+    "RETURN_LOAN",
+    "RQ_DASHBOARD",
+    "RUN_LIVE_LAB",
+    "RUN_REPORT",
+    "RUN_SCHEDULED_TASK",
+    "VIEW_OPERATIONS",
+    "permission_get",
+    "permission_required",
+    "user_may",
+]
 
 
 def permission_get(name: str) -> Permission:
     """Return the Permission row of ``name`` ("app_label.codename"), to grant it."""
     app_label, codename = name.split(".", 1)
     return Permission.objects.get(content_type__app_label=app_label, codename=codename)
-
-
-def user_may(user: AbstractBaseUser | AnonymousUser, perm: str) -> bool:
-    """Return whether ``user`` holds ``perm`` (inactive users hold nothing)."""
-    if not (user.is_authenticated and user.is_active):
-        return False
-    return isinstance(user, PermissionsMixin) and user.has_perm(perm)
-
-
-def permission_required(perm: str) -> Callable[[View[P]], View[P]]:
-    """Send anonymous users to sign in; answer 403 to anyone without ``perm``.
-
-    Unlike Django's ``permission_required`` a signed-in user never lands on the
-    login form, which would only ask them to sign in again.
-    """
-
-    def decorator(view: View[P]) -> View[P]:
-        @functools.wraps(view)
-        def wrapper(
-            request: HttpRequest, /, *args: P.args, **kwargs: P.kwargs
-        ) -> HttpResponse:
-            if not request.user.is_authenticated:
-                return redirect_to_login(request.get_full_path())
-            if not user_may(request.user, perm):
-                raise PermissionDenied("You do not have the permission for this.")
-            return view(request, *args, **kwargs)
-
-        return wrapper
-
-    return decorator

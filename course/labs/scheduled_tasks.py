@@ -4,7 +4,7 @@ Model part:
 
 1. ``next_runs`` — the first ``runs`` run instants after ``start`` of six recurrence
    definitions, each computed from the one before, by the application's own
-   ``jobs.schedule.next_run`` (the same function the scheduler process uses). The
+   ``jobs.recurrence.next_run`` (the same function the scheduler process uses). The
    lesson's four definitions, plus the 31st under the two other month-end policies.
 2. ``overlap`` — the lesson's experiment on two real processes: each starts the same
    300 ms "report" at the same moment (a start barrier in a throwaway directory),
@@ -42,7 +42,7 @@ from course.labs.base import (
     int_param,
     table,
 )
-from jobs.schedule import Daily, Every, MonthEnd, Monthly, Recurrence, next_runs
+from jobs.recurrence import Daily, Every, MonthEnd, Monthly, Recurrence, next_runs
 
 # The lesson's definitions; every monthly run is at 02:30 UTC.
 DEFINITIONS: tuple[tuple[str, Recurrence], ...] = (
@@ -237,7 +237,7 @@ def model(params: Params, progress: Progress) -> Tables:
 def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
     from jobs.management.commands.scheduledrun import probe_keys
     from jobs.processes import running, start_manage
-    from jobs.scheduling import schedule_redis
+    from jobs.scheduler import schedule_redis
 
     redis = schedule_redis()
     keys = probe_keys(run)

@@ -1,6 +1,6 @@
 """Independent reference for the scheduled-tasks lab: JavaScript's Date arithmetic on
 integer milliseconds (the lesson's code, line by line), and clamp/skip by scanning
-calendar days one at a time. Shares no code with ``jobs.schedule``."""
+calendar days one at a time. Shares no code with ``jobs.recurrence``."""
 
 from __future__ import annotations
 

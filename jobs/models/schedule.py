@@ -1,4 +1,4 @@
-"""What the scheduler remembers about each periodic task (jobs.schedule), and the
+"""What the scheduler remembers about each periodic task (jobs.scheduler), and the
 audit trail of what operators did to it."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class ScheduledTaskState(models.Model):
 class ScheduledTaskAction(models.Model):
     """One operator action on a scheduled task: who, when, what, why, and its result.
 
-    Written by ``jobs.schedule_actions`` only; never edited afterwards except for a
+    Written by ``jobs.scheduler_actions`` only; never edited afterwards except for a
     run-now's outcome, which its rq job fills in as the run goes.
     """
 

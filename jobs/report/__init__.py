@@ -2,9 +2,9 @@
 
 Scope. A report covers the loans picked up in one calendar month (``month``,
 "YYYY-MM"), or every loan (``month="all"``), optionally of one branch. Called with no
-month (the monthly scheduler calls ``jobs.report.monthly_report_start`` by dotted
-path, without arguments), it reports the month that just ended. A loan counts the
-days it was out up to the report's cut date ``as_of``: its return date, or the cut
+month, it reports the month that just ended (the scheduled run,
+``start.monthly_loan_report_start``, passes the month before its slot). A loan counts
+the days it was out up to the report's cut date ``as_of``: its return date, or the cut
 date while it is still open. The cut date (the first day after the month, or today
 if that is earlier; today for "all") and the number of loans in scope are fixed
 when the report is started and stored in its params, so a resumed run counts the
@@ -33,16 +33,14 @@ resumed run never counts a loan twice and never skips one.
 Sub-modules: ``scope`` (names, limits, params, checkpoint and the loans in scope),
 ``start`` (start, cancel, resume), ``run`` (the chunked run), ``cancellation`` (the
 stop reasons read at chunk boundaries) and ``csv_rows`` (the finished report as CSV).
-The rq entry point ``report_run`` stays here, so queued jobs keep the dotted path
-``jobs.report.report_run``.
+The rq entry point ``report_run`` lives in ``run`` and is exposed here too, so jobs
+queued under the older dotted path ``jobs.report.report_run`` still resolve.
 """
 
 from __future__ import annotations
 
-import uuid
-
 from jobs.report.csv_rows import report_csv_rows, report_filename
-from jobs.report.run import report_execute
+from jobs.report.run import report_execute, report_run
 from jobs.report.scope import (
     ALL_MONTHS,
     CSV_COLUMNS,
@@ -96,8 +94,3 @@ __all__ = [
     "report_resume",
     "report_run",
 ]
-
-
-def report_run(job_id: str) -> str:
-    """rq entry point: run the report of this JobStatus id."""
-    return report_execute(job_id=uuid.UUID(job_id))

@@ -21,7 +21,7 @@ from jobs.models import JobStatus
 from jobs.report.scope import REASON_SHUTDOWN, REASON_TIME_LIMIT, REASON_USER
 
 
-class _ShutdownFlag:
+class ShutdownFlag:
     """SIGTERM sets a flag the run reads at its next chunk boundary.
 
     rq's work-horse leaves SIGTERM at its default (die at once); a deploy that
@@ -40,7 +40,7 @@ class _ShutdownFlag:
         if callable(self._previous):
             self._previous(signum, frame)
 
-    def __enter__(self) -> _ShutdownFlag:
+    def __enter__(self) -> ShutdownFlag:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
             self._installed = True
@@ -62,10 +62,10 @@ def _worker_shutting_down() -> bool:
     return bool(rq_job.connection.hexists(key, "shutdown_requested_date"))
 
 
-def _stop_reason(
+def stop_reason(
     job_id: uuid.UUID,
     owner: str,
-    shutdown: _ShutdownFlag,
+    shutdown: ShutdownFlag,
     started: float,
     time_limit_s: float | None,
 ) -> tuple[str, bool]:

@@ -13,16 +13,16 @@ from typing import Any
 from rq import get_current_job
 
 from jobs.models import JobStatus
-from jobs.report.cancellation import _ShutdownFlag, _stop_reason
+from jobs.report.cancellation import ShutdownFlag, stop_reason
 from jobs.report.scope import (
     LEASE_S,
     Announce,
     BranchTotals,
     Checkpoint,
     ReportParams,
-    _checkpoint_of,
-    _params_of,
-    _scope,
+    checkpoint_of,
+    loans_in_scope,
+    params_of,
 )
 from jobs.services import (
     jobstatus_checkpoint,
@@ -124,14 +124,14 @@ def report_execute(
     if job is None:
         logger.info("report %s: not claimable (finished, cancelled or leased)", job_id)
         return "skipped"
-    params = _params_of(job)
+    params = params_of(job)
     as_of = datetime.date.fromisoformat(params["as_of"])
-    checkpoint = _checkpoint_of(job)
-    scope = _scope(params["month"], params["branch"]).order_by("id")
+    checkpoint = checkpoint_of(job)
+    scope = loans_in_scope(params["month"], params["branch"]).order_by("id")
     started = time.monotonic()
-    with _ShutdownFlag() as shutdown:
+    with ShutdownFlag() as shutdown:
         while True:
-            reason, owned = _stop_reason(
+            reason, owned = stop_reason(
                 job_id, owner, shutdown, started, params["time_limit_s"]
             )
             if not owned:
@@ -172,3 +172,8 @@ def report_execute(
             announce(job, checkpoint, progress)  # stored first, announced second
             if params["pause_ms"]:
                 time.sleep(params["pause_ms"] / 1000)
+
+
+def report_run(job_id: str) -> str:
+    """rq entry point: run the report of this JobStatus id."""
+    return report_execute(job_id=uuid.UUID(job_id))

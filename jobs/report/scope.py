@@ -72,7 +72,7 @@ def previous_month(today: datetime.date) -> str:
     return f"{last_day.year:04d}-{last_day.month:02d}"
 
 
-def _month_bounds(month: str) -> tuple[datetime.date, datetime.date]:
+def month_bounds(month: str) -> tuple[datetime.date, datetime.date]:
     try:
         year_text, month_text = month.split("-")
         first = datetime.date(int(year_text), int(month_text), 1)
@@ -82,24 +82,24 @@ def _month_bounds(month: str) -> tuple[datetime.date, datetime.date]:
     return first, after
 
 
-def _scope(month: str, branch: int | None) -> Any:
+def loans_in_scope(month: str, branch: int | None) -> Any:
     loans = Loan.objects.all()
     if month != ALL_MONTHS:
-        first, after = _month_bounds(month)
+        first, after = month_bounds(month)
         loans = loans.filter(pickup_date__gte=first, pickup_date__lt=after)
     if branch is not None:
         loans = loans.filter(book__branch_id=branch)
     return loans
 
 
-def _empty_checkpoint() -> Checkpoint:
+def empty_checkpoint() -> Checkpoint:
     return {"last_id": 0, "processed": 0, "days": 0, "branches": {}}
 
 
-def _checkpoint_of(job: JobStatus) -> Checkpoint:
+def checkpoint_of(job: JobStatus) -> Checkpoint:
     stored = job.checkpoint
     if not isinstance(stored, dict) or "last_id" not in stored:
-        return _empty_checkpoint()
+        return empty_checkpoint()
     return {
         "last_id": int(stored["last_id"]),
         "processed": int(stored["processed"]),
@@ -116,7 +116,7 @@ def _checkpoint_of(job: JobStatus) -> Checkpoint:
     }
 
 
-def _params_of(job: JobStatus) -> ReportParams:
+def params_of(job: JobStatus) -> ReportParams:
     stored = job.params if isinstance(job.params, dict) else {}
     branch = stored.get("branch")
     limit = stored.get("time_limit_s")

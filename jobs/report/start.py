@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from typing import Any
 
@@ -11,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs.models import JobStatus
+from jobs.report.run import report_run
 from jobs.report.scope import (
     ALL_MONTHS,
     DEFAULT_CHUNK,
@@ -22,9 +24,9 @@ from jobs.report.scope import (
     RQ_TIMEOUT_S,
     ReportError,
     ReportParams,
-    _checkpoint_of,
-    _month_bounds,
-    _scope,
+    checkpoint_of,
+    loans_in_scope,
+    month_bounds,
     previous_month,
 )
 from jobs.services import (
@@ -38,9 +40,6 @@ from library.models import Branch
 
 def _enqueue(job: JobStatus, queue: Any) -> None:
     target = queue if queue is not None else django_rq.get_queue(REPORT_QUEUE)
-    # The entry point lives in the package itself (a stable rq dotted path).
-    from jobs.report import report_run
-
     # A fresh rq id per attempt: a resumed report is a new delivery of the same row.
     target.enqueue(
         report_run,
@@ -73,7 +72,7 @@ def monthly_report_start(
     today = timezone.localdate()
     month = previous_month(today) if month is None else month.strip()
     # Open loans count their days up to the month's end (or today, if sooner).
-    as_of = today if month == ALL_MONTHS else min(_month_bounds(month)[1], today)
+    as_of = today if month == ALL_MONTHS else min(month_bounds(month)[1], today)
     if not 1 <= chunk <= MAX_CHUNK:
         raise ReportError(f"chunk must be between 1 and {MAX_CHUNK}")
     if time_limit_s is not None and time_limit_s <= 0:
@@ -86,7 +85,7 @@ def monthly_report_start(
         "month": month,
         "branch": branch,
         "as_of": as_of.isoformat(),
-        "total": _scope(month, branch).count(),
+        "total": loans_in_scope(month, branch).count(),
         "chunk": chunk,
         "time_limit_s": time_limit_s,
         "pause_ms": pause_ms,
@@ -113,7 +112,7 @@ def report_resume(*, job_id: uuid.UUID, queue: Any = None) -> JobStatus:
         job = JobStatus.objects.filter(pk=job_id, kind=REPORT_KIND).first()
         if job is None:
             raise ReportError("no such report")
-        processed = _checkpoint_of(job)["processed"]
+        processed = checkpoint_of(job)["processed"]
         total = int(job.params.get("total", 0))
         if not jobstatus_requeue(
             job_id=job_id,
@@ -124,3 +123,25 @@ def report_resume(*, job_id: uuid.UUID, queue: Any = None) -> JobStatus:
         job.refresh_from_db()
         _enqueue(job, queue)
     return job
+
+
+# --- the scheduled run (jobs.periodic) ------------------------------------------------
+
+
+def report_month(slot: datetime.datetime) -> str:
+    """Return "YYYY-MM" of the month before the slot's UTC day: the month reported."""
+    last_day = slot.astimezone(datetime.UTC).date().replace(day=1) - datetime.timedelta(
+        days=1
+    )
+    return f"{last_day.year:04d}-{last_day.month:02d}"
+
+
+def monthly_loan_report_start(*, slot: datetime.datetime) -> str:
+    """Start the report of the month before ``slot``; return its JobStatus id.
+
+    The month comes from the slot, not from today, so a caught-up run reports the
+    month it was due for. It records the report's JobStatus and enqueues the long
+    job, which guards itself with its own lease.
+    """
+    job = monthly_report_start(month=report_month(slot))
+    return str(job.pk)

@@ -15,8 +15,7 @@ from jobs.locks import LeaseLock
 from jobs.management.commands.scheduler import Command
 from jobs.models import ScheduledTaskAction, ScheduledTaskState
 from jobs.processes import kill_group, start_manage
-from jobs.schedule import (
-    TASKS_BY_NAME,
+from jobs.recurrence import (
     Daily,
     Every,
     MonthEnd,
@@ -24,14 +23,14 @@ from jobs.schedule import (
     current_slot,
     next_run,
 )
-from jobs.schedule_actions import (
+from jobs.scheduler import TASKS_BY_NAME, lease_name, scheduled_run
+from jobs.scheduler_actions import (
     ScheduleActionError,
     scheduled_task_action_run,
     scheduled_task_pause,
     scheduled_task_resume,
     scheduled_task_run_now,
 )
-from jobs.scheduling import lease_name, scheduled_run
 from library.models import Book, Branch, Loan, Member, Notification
 
 UTC = datetime.UTC
@@ -377,7 +376,7 @@ def test_a_failing_run_now_records_the_error(
     def broken(message: object) -> None:
         raise RuntimeError("shelf database gone")
 
-    monkeypatch.setattr("jobs.scheduling.refresh_branch_stock", broken)
+    monkeypatch.setattr("library.services.inventory.refresh_branch_stock", broken)
     Branch.objects.create(name="Main", city="Izmir")
     with django_capture_on_commit_callbacks(execute=True):
         action = scheduled_task_run_now(name="inventory_summary", user=operator)

@@ -10,8 +10,8 @@ from django.test import Client
 
 from jobs.locks import LeaseLock
 from jobs.models import ScheduledTaskAction, ScheduledTaskState
-from jobs.schedule_actions import scheduled_task_pause
-from jobs.scheduling import lease_name
+from jobs.scheduler import lease_name
+from jobs.scheduler_actions import scheduled_task_pause
 from library.permissions import (
     PAUSE_SCHEDULED_TASK,
     RUN_SCHEDULED_TASK,

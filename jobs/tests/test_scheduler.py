@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.schedule import (
-    PERIODIC_TASKS,
+from jobs.recurrence import (
     CatchUp,
     Daily,
     Every,
@@ -19,6 +18,7 @@ from jobs.schedule import (
     next_runs,
     plan_runs,
 )
+from jobs.scheduler import periodic_tasks
 
 UTC = datetime.UTC
 START = datetime.datetime(2026, 1, 31, 23, 47, tzinfo=UTC)
@@ -326,13 +326,13 @@ def test_interval_shortcut_equals_walking_the_slots(seconds, now, behind, policy
 
 
 def test_the_periodic_tasks_of_the_issue():
-    by_name = {task.name: task for task in PERIODIC_TASKS}
+    by_name = {task.name: task for task in periodic_tasks()}
     assert by_name["overdue_notifications"].recurrence == Daily(hour=6, minute=0)
     assert by_name["inventory_summary"].recurrence == Every(seconds=900)
     report = by_name["monthly_loan_report"]
     assert report.recurrence == Monthly(1, 2, 0, MonthEnd.CLAMP)
     assert (report.catch_up, report.catch_up_limit) == (CatchUp.CATCH_UP, 3)
-    assert report.func == "jobs.scheduling.monthly_loan_report_start"
+    assert report.func == "jobs.report.start.monthly_loan_report_start"
     assert by_name["messaging_sweep"].inline
     assert by_name["messaging_sweep"].recurrence == Every(seconds=2)
     assert by_name["messaging_trim"].queue == "messaging"

@@ -7,7 +7,7 @@ from django.contrib.auth.models import Permission, User
 
 from jobs.locks import LeaseLock
 from jobs.models import ScheduledTaskState
-from jobs.scheduling import lease_name
+from jobs.scheduler import lease_name
 
 pytestmark = pytest.mark.django_db
 LIST = "/admin/jobs/scheduledtaskstate/"

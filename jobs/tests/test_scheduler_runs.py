@@ -10,15 +10,16 @@ from django.utils import timezone
 
 from jobs.locks import LeaseLock
 from jobs.models import JobStatus, ScheduledTaskState
-from jobs.schedule import PERIODIC_TASKS, TASKS_BY_NAME
-from jobs.scheduling import (
-    inventory_summary_refresh,
+from jobs.scheduler import (
+    TASKS_BY_NAME,
     lease_name,
-    overdue_notifications_send,
+    periodic_tasks,
     schedule_claim,
     scheduled_run,
 )
 from library.models import Book, Branch, BranchStock, Loan, Member, Notification
+from library.services.inventory import inventory_summary_refresh
+from library.services.notices import overdue_notifications_send
 
 pytestmark = pytest.mark.django_db
 UTC = datetime.UTC
@@ -29,7 +30,7 @@ def queued_runs() -> list[tuple[str, str]]:
     """(task name, slot) of every scheduled run waiting in any queue."""
     return sorted(
         (job.kwargs["name"], job.kwargs["slot"])
-        for name in {task.queue for task in PERIODIC_TASKS}
+        for name in {task.queue for task in periodic_tasks()}
         for job in django_rq.get_queue(name).jobs
         if job.func_name == "jobs.tasks.scheduled_run"
     )
@@ -51,7 +52,7 @@ def test_first_pass_schedules_every_task_without_running_any(
     pass_once(django_capture_on_commit_callbacks)
     assert queued_runs() == []
     states = {s.name: s for s in ScheduledTaskState.objects.all()}
-    assert set(states) == {task.name for task in PERIODIC_TASKS}
+    assert set(states) == {task.name for task in periodic_tasks()}
     for name, state in states.items():
         assert state.next_run_at is not None
         assert state.next_run_at > before, name
@@ -171,7 +172,7 @@ def test_a_failing_run_records_its_error_and_gives_the_lease_back(
     def broken(message: object) -> None:
         raise RuntimeError("the shelf database is gone")
 
-    monkeypatch.setattr("jobs.scheduling.refresh_branch_stock", broken)
+    monkeypatch.setattr("library.services.inventory.refresh_branch_stock", broken)
     Branch.objects.create(name="Main", city="Izmir")
     with pytest.raises(RuntimeError):
         scheduled_run(name="inventory_summary", slot=SLOT)

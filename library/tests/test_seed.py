@@ -17,7 +17,6 @@ from django.core.management import call_command
 from django.db.models import Count, Q
 from django.test import override_settings
 
-from jobs.scheduling import LOAN_PERIOD_DAYS
 from library.demo_library import (
     DATA_DIR,
     MAX_COPIES,
@@ -27,6 +26,7 @@ from library.demo_library import (
 )
 from library.models import Book, Branch, Loan, Member
 from library.seed import seed_library
+from library.services.notices import LOAN_PERIOD_DAYS
 
 pytestmark = pytest.mark.django_db
 

@@ -21,8 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from jobs.locks import lease
-from jobs.schedule import TASKS_BY_NAME
-from jobs.scheduling import schedule_redis, scheduled_run
+from jobs.scheduler import TASKS_BY_NAME, schedule_redis, scheduled_run
 
 PROBE_PREFIX = "lab-sched:"
 PROBE_KEY_TTL_S = 600

@@ -3,9 +3,9 @@
 Slots live in ScheduledTaskState (``next_run_at``), so a restarted scheduler resumes
 where it stopped: slots that fell due while it was down are made up or counted as
 missed by the task's catch-up policy. Each enqueued run takes the task's lease lock
-before working (``jobs.scheduling.scheduled_run``), so overlapping runs skip.
+before working (``jobs.scheduler.scheduled_run``), so overlapping runs skip.
 A task an operator paused is claimed like the others but runs nothing: its due slots
-are passed and counted (``jobs.scheduling.schedule_claim``).
+are passed and counted (``jobs.scheduler.schedule_claim``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 from django.utils import timezone
 
-from jobs.schedule import PERIODIC_TASKS
-from jobs.scheduling import schedule_claim, scheduled_run
+from jobs.scheduler import periodic_tasks, schedule_claim, scheduled_run
 
 log = logging.getLogger("jobs.scheduler")
 RUN_JOB = "jobs.tasks.scheduled_run"
@@ -65,7 +64,7 @@ class Command(BaseCommand):
         """
         now = timezone.now() if now is None else now
         started = []
-        for task in PERIODIC_TASKS:
+        for task in periodic_tasks():
             try:
                 plan = schedule_claim(task=task, now=now)
             except Exception:

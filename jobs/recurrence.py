@@ -1,4 +1,4 @@
-"""Periodic tasks: their recurrence, and the pure rules that place their runs in time.
+"""Recurrence rules of periodic tasks, and the pure rules that place their runs in time.
 
 Everything here is pure: "now" is always an argument, every instant is an aware UTC
 datetime, and nothing reads a clock, settings or Redis. The scheduler process
@@ -22,10 +22,8 @@ from __future__ import annotations
 import calendar
 import datetime
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 UTC = datetime.UTC
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=UTC)
@@ -248,90 +246,3 @@ def plan_runs(
         due += 1
         slot = next_run(definition, slot)
     return RunPlan(tuple(recent), due - len(recent), slot)
-
-
-@dataclass(frozen=True)
-class PeriodicTask:
-    name: str
-    func: str  # dotted path, imported when a run starts
-    recurrence: Recurrence
-    queue: str = "default"
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    # Inline tasks run in the scheduler process itself: the messaging sweep must work
-    # when Redis lost its queues, so it cannot wait in one.
-    inline: bool = False
-    catch_up: CatchUp = CatchUp.NO_CATCH_UP
-    catch_up_limit: int = 1
-    # Passed as ``slot=`` (aware UTC datetime): tasks whose effect belongs to a slot
-    # (one notification per loan per day, one report per month).
-    pass_slot: bool = False
-    # The lease outlives a stalled holder by at most this long; a running holder
-    # renews it every third of it, so a long run keeps it.
-    lease_seconds: int = 60
-    timeout_seconds: int = 300  # rq's job timeout
-
-
-PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
-    PeriodicTask(
-        name="messaging_sweep",
-        func="messaging.tasks.sweep",
-        recurrence=Every(seconds=2),
-        inline=True,
-    ),
-    PeriodicTask(
-        name="messaging_trim",
-        func="messaging.tasks.trim",
-        recurrence=Every.minutes(10),
-        queue="messaging",
-    ),
-    PeriodicTask(
-        # Abandoned rq jobs retried or failed, dead lab runs marked failed
-        # (jobs.supervision).
-        name="rq_maintenance",
-        func="jobs.supervision.rq_maintenance",
-        recurrence=Every.minutes(1),
-    ),
-    PeriodicTask(
-        name="jobstatus_prune",
-        func="jobs.tasks.jobstatus_prune",
-        recurrence=Every.minutes(60),
-        kwargs={"older_than_days": 7},
-    ),
-    PeriodicTask(
-        name="overdue_notifications",
-        func="jobs.scheduling.overdue_notifications_send",
-        recurrence=Daily(hour=6),
-        pass_slot=True,
-    ),
-    PeriodicTask(
-        # A newer summary covers everything a missed one would have said.
-        name="inventory_summary",
-        func="jobs.scheduling.inventory_summary_refresh",
-        recurrence=Every.minutes(15),
-    ),
-    PeriodicTask(
-        # Each month's report is its own output: make up the last three at most.
-        name="monthly_loan_report",
-        func="jobs.scheduling.monthly_loan_report_start",
-        recurrence=Monthly(day=1, hour=2, minute=0, month_end=MonthEnd.CLAMP),
-        catch_up=CatchUp.CATCH_UP,
-        catch_up_limit=3,
-        pass_slot=True,
-        lease_seconds=120,
-        timeout_seconds=3600,
-    ),
-    PeriodicTask(
-        # The operations history's levels (jobs.series): inline, because a sample
-        # queued behind the backlog it measures would arrive when it matters least;
-        # the slot names the minute, so a late start still lands on its own.
-        name="series_sample",
-        func="jobs.series.series_sample",
-        recurrence=Every.minutes(1),
-        inline=True,
-        pass_slot=True,
-    ),
-)
-
-TASKS_BY_NAME: dict[str, PeriodicTask] = {task.name: task for task in PERIODIC_TASKS}
-if len(TASKS_BY_NAME) != len(PERIODIC_TASKS):
-    raise RuntimeError("two periodic tasks share a name")

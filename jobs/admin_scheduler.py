@@ -4,7 +4,7 @@ run now, pause and resume, each behind its named permission and a confirmation p
 The rows themselves stay read-only: they are written by the scheduler and its runs,
 and the lease lives in Redis, where only its holder may touch it. The lease columns
 are read live from Redis on every page view (an unreachable Redis shows as such, not
-a 500). The three operator actions go through ``jobs.schedule_actions``, which keeps
+a 500). The three operator actions go through ``jobs.scheduler_actions``, which keeps
 their audit trail; a task's page lists it as its history.
 
 - Run now needs ``jobs.run_scheduled_task``; pause and resume need
@@ -43,8 +43,10 @@ from redis.exceptions import RedisError
 
 from jobs.locks import LeaseHolder, lease_holder
 from jobs.models import ScheduledTaskState
-from jobs.schedule import TASKS_BY_NAME, CatchUp, PeriodicTask, current_slot
-from jobs.schedule_actions import (
+from jobs.permissions import PAUSE_SCHEDULED_TASK, RUN_SCHEDULED_TASK, user_may
+from jobs.recurrence import CatchUp, current_slot
+from jobs.scheduler import TASKS_BY_NAME, PeriodicTask, lease_name, schedule_redis
+from jobs.scheduler_actions import (
     REASON_MAX,
     ScheduleActionError,
     run_now_refusal,
@@ -52,8 +54,6 @@ from jobs.schedule_actions import (
     scheduled_task_resume,
     scheduled_task_run_now,
 )
-from jobs.scheduling import lease_name, schedule_redis
-from library.permissions import PAUSE_SCHEDULED_TASK, RUN_SCHEDULED_TASK, user_may
 
 NOT_DEFINED = "(no longer defined)"
 _STAMP = "%Y-%m-%d %H:%M:%S"

@@ -11,7 +11,7 @@ transaction that makes the change, so the history can never disagree with the st
   The slots that fell in the pause are not made up, whatever the task's catch-up
   policy: catch-up repairs a scheduler outage, a pause is the operator's decision.
 - **Run now** queues one run of the task's current slot (the newest slot at or
-  before now, ``jobs.schedule.current_slot``) on the task's rq queue. The worker
+  before now, ``jobs.recurrence.current_slot``) on the task's rq queue. The worker
   runs it through ``leased_run``, the scheduler's own path, so it never overlaps a
   scheduled run: when the lease is held at the request it is refused with the
   holder's name, and a scheduled run that takes the lease first makes it a counted
@@ -36,15 +36,14 @@ from redis.exceptions import RedisError
 
 from jobs.locks import lease_holder
 from jobs.models import ScheduledTaskAction, ScheduledTaskState
-from jobs.schedule import (
+from jobs.recurrence import CatchUp, current_slot, next_run, plan_runs
+from jobs.scheduler import (
     TASKS_BY_NAME,
-    CatchUp,
     PeriodicTask,
-    current_slot,
-    next_run,
-    plan_runs,
+    lease_name,
+    leased_run,
+    schedule_redis,
 )
-from jobs.scheduling import lease_name, leased_run, schedule_redis
 
 log = logging.getLogger("jobs.scheduler")
 

@@ -1,5 +1,10 @@
-"""Writes of the scheduler: claiming due slots, running a slot under its lease, and
-the bodies of the library's periodic tasks.
+"""The scheduler: the registry of periodic tasks, claiming due slots, and running a
+slot under its lease.
+
+Each app declares its own periodic tasks (``<app>/periodic.py``) and registers them
+with ``periodic_tasks_register`` from its ``AppConfig.ready()``, so every process
+(web, worker, the scheduler command) sees the same list and this module imports
+none of the code it runs: a task names its body by dotted path.
 
 The scheduler process calls ``schedule_claim`` for each task and enqueues one
 ``jobs.tasks.scheduled_run`` job per slot to run; the rq worker that takes the job
@@ -16,7 +21,8 @@ from __future__ import annotations
 
 import datetime
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import django_rq
@@ -28,28 +34,54 @@ from redis import Redis
 
 from jobs.locks import LeaseLock, lease, lease_holder
 from jobs.models import ScheduledTaskState
-from jobs.schedule import (
-    TASKS_BY_NAME,
-    CatchUp,
-    PeriodicTask,
-    RunPlan,
-    next_run,
-    plan_runs,
-)
-from library.models import Branch, Loan, Notification
-from library.subscribers import refresh_branch_stock
-from messaging.models import OutboxMessage
+from jobs.recurrence import CatchUp, Recurrence, RunPlan, next_run, plan_runs
 
 log = logging.getLogger("jobs.scheduler")
 
-# How long a loan may stay open before the daily run reminds its member.
-LOAN_PERIOD_DAYS = 14
-OVERDUE_KIND = "overdue"
-_EPOCH_DAY = datetime.date(1970, 1, 1)
-_ONE_DAY = datetime.timedelta(days=1)
-# Source ids of scheduled notifications: negative, so they never meet the outbox's
-# positive message ids in Notification's unique column; one per loan and day.
-_SOURCE_DAYS = 100_000
+
+@dataclass(frozen=True)
+class PeriodicTask:
+    name: str
+    func: str  # dotted path, imported when a run starts
+    recurrence: Recurrence
+    queue: str = "default"
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # Inline tasks run in the scheduler process itself: the messaging sweep must work
+    # when Redis lost its queues, so it cannot wait in one.
+    inline: bool = False
+    catch_up: CatchUp = CatchUp.NO_CATCH_UP
+    catch_up_limit: int = 1
+    # Passed as ``slot=`` (aware UTC datetime): tasks whose effect belongs to a slot
+    # (one notification per loan per day, one report per month).
+    pass_slot: bool = False
+    # The lease outlives a stalled holder by at most this long; a running holder
+    # renews it every third of it, so a long run keeps it.
+    lease_seconds: int = 60
+    timeout_seconds: int = 300  # rq's job timeout
+
+
+# Every process's periodic tasks by name, in registration order: filled by each
+# owner's AppConfig.ready() (INSTALLED_APPS order), read by the scheduler, the
+# workers and the admin.
+TASKS_BY_NAME: dict[str, PeriodicTask] = {}
+
+
+def periodic_tasks_register(*tasks: PeriodicTask) -> None:
+    """Add ``tasks`` to the registry; a name is the task's identity in the database.
+
+    Registering the same task again is harmless (a second ``django.setup()``); two
+    different tasks under one name would share their stored state, so that raises.
+    """
+    for task in tasks:
+        known = TASKS_BY_NAME.get(task.name)
+        if known is not None and known != task:
+            raise RuntimeError(f"two periodic tasks share the name {task.name!r}")
+        TASKS_BY_NAME[task.name] = task
+
+
+def periodic_tasks() -> tuple[PeriodicTask, ...]:
+    """Return every registered periodic task, in registration order."""
+    return tuple(TASKS_BY_NAME.values())
 
 
 def lease_name(task_name: str) -> str:
@@ -225,86 +257,3 @@ def _run_and_record(
         log.warning("%s: lease lost while running slot %s", task.name, slot)
     _state_update(task.name, last_finished_at=timezone.now(), last_outcome=outcome)
     return outcome
-
-
-# --- the periodic tasks of the library -----------------------------------------------
-
-
-def overdue_source_id(loan_id: int, day: datetime.date) -> int:
-    """Return the Notification.source_message_id of a loan's reminder on ``day``."""
-    return -(loan_id * _SOURCE_DAYS + (day - _EPOCH_DAY).days)
-
-
-def overdue_notifications_send(*, slot: datetime.datetime) -> int:
-    """Remind every member of each open loan past its period; return how many new.
-
-    Idempotent per day: the reminder's source id is derived from the loan and the
-    slot's UTC day, and the column is unique, so a repeated or caught-up run of the
-    same day writes nothing more.
-    """
-    day = slot.astimezone(datetime.UTC).date()
-    overdue = (
-        Loan.objects.filter(
-            return_date__isnull=True,
-            pickup_date__lt=day - datetime.timedelta(days=LOAN_PERIOD_DAYS),
-        )
-        .select_related("book")
-        .order_by("id")
-    )
-    rows = {
-        overdue_source_id(loan.pk, day): Notification(
-            member_id=loan.member_id,
-            loan_id=loan.pk,
-            kind=OVERDUE_KIND,
-            text=f"“{loan.book.title}” was due back "
-            f"{loan.pickup_date + datetime.timedelta(days=LOAN_PERIOD_DAYS)}."[:300],
-            source_message_id=overdue_source_id(loan.pk, day),
-        )
-        for loan in overdue
-    }
-    with transaction.atomic():
-        sent = set(
-            Notification.objects.filter(source_message_id__in=list(rows)).values_list(
-                "source_message_id", flat=True
-            )
-        )
-        fresh = [row for key, row in rows.items() if key not in sent]
-        # ignore_conflicts: a concurrent run of the same day (lease expired under a
-        # stalled holder) cannot make this one fail half-way.
-        Notification.objects.bulk_create(fresh, batch_size=500, ignore_conflicts=True)
-    return len(fresh)
-
-
-def inventory_summary_refresh() -> int:
-    """Recompute every branch's BranchStock totals; return how many branches.
-
-    Uses the subscription's own handler, fed a message that names the branch: offset
-    0 leaves the recorded last message id as it is.
-    """
-    branches = list(Branch.objects.order_by("id").values_list("id", flat=True))
-    for branch_id in branches:
-        with transaction.atomic():  # the handler locks the summary row
-            refresh_branch_stock(OutboxMessage(id=0, body={"branch_id": branch_id}))
-    return len(branches)
-
-
-REPORT_START = "jobs.report.monthly_report_start"
-
-
-def report_month(slot: datetime.datetime) -> str:
-    """Return "YYYY-MM" of the month before the slot's UTC day: the month reported."""
-    last_day = slot.astimezone(datetime.UTC).date().replace(day=1) - _ONE_DAY
-    return f"{last_day.year:04d}-{last_day.month:02d}"
-
-
-def monthly_loan_report_start(*, slot: datetime.datetime) -> str:
-    """Start the report of the month before ``slot``; return its JobStatus id.
-
-    The month comes from the slot, not from today, so a caught-up run reports the
-    month it was due for. The report module is imported by dotted path when the run
-    starts (it is maintained apart from the scheduler); it records the report's
-    JobStatus and enqueues the long job, which guards itself with its own lease.
-    """
-    start = import_string(REPORT_START)
-    job = start(month=report_month(slot))
-    return str(job.pk)
