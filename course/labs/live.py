@@ -39,9 +39,9 @@ from redis import Redis
 from rq import Queue, Retry, Worker
 from rq.job import Job, JobStatus
 
+from course.instruments.processes import child_environment, start_manage
 from course.labs.base import LabError, Progress
 from course.labs.live_jobs import COUNTER_PREFIX
-from jobs.processes import child_environment, start_manage
 from messaging.models import Delivery, ProbeEffect
 from messaging.probes import crash_token
 from messaging.registry import MessageType

@@ -11,10 +11,10 @@ import django_rq
 import pytest
 from django.contrib.auth.models import User
 
+from course.instruments.processes import kill_group, start_manage
 from jobs.locks import LeaseLock
 from jobs.management.commands.scheduler import Command
 from jobs.models import ScheduledTaskAction, ScheduledTaskState
-from jobs.processes import kill_group, start_manage
 from jobs.schedule import (
     TASKS_BY_NAME,
     Daily,

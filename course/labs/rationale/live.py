@@ -50,7 +50,7 @@ def _issue_and_die(
     """Run the child that issues the loans and is killed right after answering."""
     import signal
 
-    from jobs.processes import child_environment, start_manage
+    from course.instruments.processes import child_environment, start_manage
     from messaging.probes import probe_dir
 
     folder = probe_dir(system.run)
