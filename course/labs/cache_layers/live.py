@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from course.labs.base import Cell, Params, Progress, Tables, int_param, table
-from course.labs.cache_layers.http_cache import HttpCache, _seconds
+from course.labs.cache_layers.http_cache import HttpCache, header_seconds
 from course.labs.cache_layers.model import (
     BOOKS,
     BRANCHES,
     LAYERS,
-    _share,
     chain_stream,
     request_stream,
+    share_pct,
 )
 from course.labs.jsnum import js_fixed_number
 
@@ -146,7 +146,7 @@ def chain_live(
             signed_in if private else anonymous, path, anonymous=not private
         )
         arrived = time.monotonic()
-        produced = arrived - (_seconds(response.headers.get("age")) or 0.0)
+        produced = arrived - (header_seconds(response.headers.get("age")) or 0.0)
         directives = response.headers.get("cache-control", "")
         edge.offer(path, directives, stored_at=produced, now=arrived)
         client.offer(path, directives, stored_at=produced, now=arrived)
@@ -299,7 +299,7 @@ def live(params: Params, progress: Progress) -> Tables:
                 [
                     layer,
                     run.layers[layer],
-                    js_fixed_number(_share(run.layers[layer], requests)),
+                    js_fixed_number(share_pct(run.layers[layer], requests)),
                 ]
                 for layer in LAYERS
             ],

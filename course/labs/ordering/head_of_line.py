@@ -14,7 +14,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 from course.labs.base import Cell
-from course.labs.ordering.books import _LabBooks
+from course.labs.ordering.books import LabBooks
 
 if TYPE_CHECKING:
     from course.labs.live import LiveSystem
@@ -23,7 +23,7 @@ GOOD_CHANGES = 6  # behind the head, and as many on the other partitions
 LEDGER = "book_ledger"
 
 
-def _publish_unusable(lab: _LabBooks, book_id: int) -> int:
+def _publish_unusable(lab: LabBooks, book_id: int) -> int:
     from django.db import transaction
 
     from messaging.registry import MessageType
@@ -42,9 +42,7 @@ def _mean_ms(values: list[float]) -> float | None:
     return round(statistics.fmean(values), 1) if values else None
 
 
-def live_head_of_line(
-    system: LiveSystem, lab: _LabBooks, partitions: int
-) -> list[Cell]:
+def live_head_of_line(system: LiveSystem, lab: LabBooks, partitions: int) -> list[Cell]:
     """Return [blocked_events, average_wait_ms, alone_average_wait_ms, head_attempts,
     head_outcome]."""
     from course.labs import live as harness

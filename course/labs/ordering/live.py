@@ -23,17 +23,17 @@ from course.labs.base import (
     table,
 )
 from course.labs.ordering.books import (
-    _aware,
-    _books_create,
-    _books_delete,
-    _lab_messages_settled,
-    _LabBooks,
-    _stream_passed,
+    LabBooks,
+    as_aware,
+    books_create,
+    books_delete,
+    lab_messages_settled,
+    stream_passed,
 )
 from course.labs.ordering.head_of_line import live_head_of_line
 from course.labs.ordering.live_tables import (
-    _live_tables,
-    _Ordered,
+    Ordered,
+    build_live_tables,
 )
 from course.labs.ordering.model import (
     HOT_BOOKS,
@@ -139,7 +139,7 @@ def _live_competing(
     applied = [int(value) for value in raw]
     if sorted(applied) != [event.order for event in events]:
         raise LabError(f"live: {len(applied)} of {len(events)} events recorded")
-    ended = max(_aware(job.ended_at) for job in jobs if job.ended_at is not None)
+    ended = max(as_aware(job.ended_at) for job in jobs if job.ended_at is not None)
     model_run = run_competing(events, workers)
     return [
         workers,
@@ -152,8 +152,8 @@ def _live_competing(
 
 
 def _live_partitioned(
-    system: LiveSystem, events: Sequence[Event], lab: _LabBooks
-) -> _Ordered:
+    system: LiveSystem, events: Sequence[Event], lab: LabBooks
+) -> Ordered:
     """Publish each event as a real stock correction; read the ledger's apply order.
 
     1. For each event in production order, ``stock_correct`` its live book: one
@@ -233,7 +233,7 @@ def _live_partitioned(
     per_book: dict[int, int] = {}
     for _, book_id, _ in ledger:
         per_book[model_book[book_id]] = per_book.get(model_book[book_id], 0) + 1
-    return _Ordered(
+    return Ordered(
         events=len(ids),
         # A lease owner ("host:pid:nonce") is unique per drain job.
         drain_jobs=len({owner for *_, owner in rows}),
@@ -258,7 +258,7 @@ def live(params: Params, progress: Progress) -> Tables:
        stock corrections and measure the ledger; wait until every subscription has
        processed the run's messages.
     4. However it ends: stop the workers, delete the run's books (see
-       ``_books_delete``).
+       ``books_delete``).
     """
     from course.labs import live as harness
 
@@ -282,10 +282,10 @@ def live(params: Params, progress: Progress) -> Tables:
     partitions = SUBSCRIPTIONS[LEDGER].partitions
     run = harness.new_run_id()
     harness.live_step(progress, 0.01, "creating the run's branch and books")
-    lab = _books_create(run, max(books, HOT_BOOKS), partitions)
+    lab = books_create(run, max(books, HOT_BOOKS), partitions)
     competing_rows: list[list[Cell]] = []
-    main: _Ordered | None = None
-    hot_run: _Ordered | None = None
+    main: Ordered | None = None
+    hot_run: Ordered | None = None
     blocking: list[Cell] = []
     try:
         for index, workers in enumerate(counts):
@@ -312,7 +312,7 @@ def live(params: Params, progress: Progress) -> Tables:
                 blocking = live_head_of_line(system, lab, partitions)
                 harness.live_step(progress, 0.9, "waiting for every subscription")
                 harness.wait_until(
-                    lambda: _lab_messages_settled(lab),
+                    lambda: lab_messages_settled(lab),
                     what="the other subscriptions' copies of the run's messages",
                     timeout=60,
                     system=system,
@@ -320,15 +320,15 @@ def live(params: Params, progress: Progress) -> Tables:
                 with contextlib.suppress(LabError):
                     # Only to tidy the projection up; a slow stream keeps its rows.
                     harness.wait_until(
-                        partial(_stream_passed, max(lab.message_ids, default=0)),
+                        partial(stream_passed, max(lab.message_ids, default=0)),
                         what="the streams",
                         timeout=15,
                     )
     finally:
-        _books_delete(lab)
+        books_delete(lab)
     if main is None or hot_run is None:  # the largest worker count runs both
         raise LabError("live: the partitioned runs did not run")
-    tables = _live_tables(
+    tables = build_live_tables(
         competing_rows, main, hot_run, events, hot, lab, counts[-1], partitions
     )
     tables["live_head_of_line"] = table(
