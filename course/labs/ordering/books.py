@@ -6,6 +6,10 @@ import datetime
 import logging
 from dataclasses import dataclass, field
 
+from library.models import Book, BookLedger, Branch, StockProjection
+from messaging.models import Delivery, StreamConsumer
+from messaging.registry import STREAM_CONSUMERS
+
 log = logging.getLogger("course.live")
 
 
@@ -27,7 +31,6 @@ def books_create(run: str, books: int, partitions: int) -> LabBooks:
     (book id modulo the partition count) then puts every live book on the partition
     the model puts its model book on. The extra books are deleted with the others.
     """
-    from library.models import Book, Branch
 
     branch = Branch.objects.create(name=f"Lab ordering {run}", city="Lab")
     lab = LabBooks(branch_id=branch.pk, ids={})
@@ -46,7 +49,6 @@ def books_create(run: str, books: int, partitions: int) -> LabBooks:
 
 
 def lab_messages_settled(lab: LabBooks) -> bool:
-    from messaging.models import Delivery
 
     return not Delivery.objects.filter(
         message_id__in=lab.message_ids, status=Delivery.Status.PENDING
@@ -54,8 +56,6 @@ def lab_messages_settled(lab: LabBooks) -> bool:
 
 
 def stream_passed(last: int) -> bool:
-    from messaging.models import StreamConsumer
-    from messaging.registry import STREAM_CONSUMERS
 
     offsets = dict(StreamConsumer.objects.values_list("name", "offset"))
     return all(offsets.get(name, 0) >= last for name in STREAM_CONSUMERS)
@@ -69,7 +69,6 @@ def books_delete(lab: LabBooks) -> None:
     left in place and the log says so. Projection rows go only once every stream
     consumer has read past the run's last message (or it would write them again).
     """
-    from library.models import Book, BookLedger, Branch, StockProjection
 
     if lab.message_ids and not lab_messages_settled(lab):
         log.warning("live ordering lab: deliveries pending, books %s kept", lab.created)

@@ -10,8 +10,12 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+import django_rq
+from django.db.models import Max
 from django.utils import timezone
+from rq.job import Job, JobStatus
 
+from course.labs import live as harness
 from course.labs.base import (
     Cell,
     LabError,
@@ -22,6 +26,7 @@ from course.labs.base import (
     int_param,
     table,
 )
+from course.labs.live import PRIVATE_QUEUE_PREFIX
 from course.labs.ordering.books import (
     LabBooks,
     as_aware,
@@ -44,6 +49,10 @@ from course.labs.ordering.model import (
     loan_events,
     run_competing,
 )
+from library.models import BookLedger
+from library.services import stock_correct
+from messaging.models import Delivery, OutboxMessage
+from messaging.partitions import partition_loads
 from messaging.registry import SUBSCRIPTIONS
 
 if TYPE_CHECKING:
@@ -72,7 +81,6 @@ def competing_apply(key: str, order: int, delay_ms: int) -> None:
     The record is an RPUSH of the event's production order onto ``key``: Redis
     serializes the pushes, so the list is the order in which the jobs finished.
     """
-    import django_rq
 
     time.sleep(delay_ms / 1000)
     redis = django_rq.get_connection("messaging")
@@ -82,7 +90,6 @@ def competing_apply(key: str, order: int, delay_ms: int) -> None:
 
 def applied_key(run: str, workers: int) -> str:
     """Return the Redis list of one competing run (named for the harness's cleanup)."""
-    from course.labs.live import PRIVATE_QUEUE_PREFIX
 
     return f"{PRIVATE_QUEUE_PREFIX}{run}:applied:{workers}"
 
@@ -109,9 +116,6 @@ def _live_competing(
     2. Wait until every job finished; a failed one is a LabError.
     3. Read the finish order from the run's Redis list and count inversions.
     """
-    from rq.job import Job, JobStatus
-
-    from course.labs import live as harness
 
     key = applied_key(system.run, workers)
     started = timezone.now()
@@ -163,13 +167,6 @@ def _live_partitioned(
     3. The ledger rows, by id, are the apply order; their ``in_order`` flag is the
        handler's own check; the delivery rows say which partition took each event.
     """
-    from django.db.models import Max
-
-    from course.labs import live as harness
-    from library.models import BookLedger
-    from library.services import stock_correct
-    from messaging.models import Delivery, OutboxMessage
-    from messaging.partitions import partition_loads
 
     partitions = SUBSCRIPTIONS[LEDGER].partitions
     order_of: dict[int, int] = {}  # message id -> event order
@@ -260,7 +257,6 @@ def live(params: Params, progress: Progress) -> Tables:
     4. However it ends: stop the workers, delete the run's books (see
        ``books_delete``).
     """
-    from course.labs import live as harness
 
     count = int_param(params, "events")
     books = int_param(params, "books")
