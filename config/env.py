@@ -114,8 +114,8 @@ def env_file_load(
         # A test run is configured by config.settings_test alone: a developer's .env
         # must not point it at their Redis or database, nor change a setting. Turned
         # off in the environment, so the processes the tests start with
-        # config.settings (jobs.processes.child_environment) skip it too and keep
-        # using the Redis and database of the test run.
+        # config.settings (course.instruments.processes.child_environment) skip it
+        # too and keep using the Redis and database of the test run.
         source[ENV_FILE_VARIABLE] = ""
     path = env_file_path(default, env=source)
     if path is None or not path.is_file():

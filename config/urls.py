@@ -16,6 +16,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("course/", include("course.urls")),
     path("jobs/", include("jobs.urls")),
+    # Lab-only routes (404 unless LAB_ROUTES), at the root where the labs call them.
+    path("", include("course.instruments.urls")),
     path("", include("realtime.urls")),
     path("", include("library.urls")),
 ]

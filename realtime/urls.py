@@ -1,6 +1,6 @@
 from django.urls import path
 
-from realtime import lab_views, streaming, upgrade, views
+from realtime import streaming, upgrade, views
 
 urlpatterns = [
     path("branches/<int:branch_id>/live/", views.branch_live, name="branch-live"),
@@ -19,6 +19,5 @@ urlpatterns = [
     ),
     path("realtime/metrics", views.realtime_metrics, name="realtime-metrics"),
     path("realtime/reports/loans.csv", streaming.loans_csv, name="report-loans-csv"),
-    path("_lab/broadcast/<int:branch_id>/", lab_views.lab_broadcast),
     *upgrade.urlpatterns,
 ]

@@ -7,8 +7,13 @@ import subprocess
 import sys
 import time
 
-from jobs.processes import ROOT, child_environment, kill_group, manage_command
-from jobs.processes import start_manage as _start_manage
+from course.instruments.processes import (
+    ROOT,
+    child_environment,
+    kill_group,
+    manage_command,
+)
+from course.instruments.processes import start_manage as _start_manage
 
 __all__ = ["ROOT", "child_env", "free_port", "manage", "start_daphne", "stop"]
 

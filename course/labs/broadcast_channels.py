@@ -82,9 +82,9 @@ def layer_daphnes(count: int, layer: str) -> Iterator[list[int]]:
 def _run_mode(layer: str, instances: int, branch: int) -> list[Cell]:
     import httpx
 
+    from course.instruments.websocket_client import RawWebSocket
     from course.labs.live_http import host_header
     from realtime.accounting import counters_read
-    from realtime.wsclient import RawWebSocket
 
     group = f"branch-{branch}"
     path = f"/ws/branches/{branch}/stock/"

@@ -40,10 +40,10 @@ from rq import Queue, Retry, Worker
 from rq.job import Job, JobStatus
 
 from course.instruments.probes import LAB_PROBE, crash_token
+from course.instruments.processes import child_environment, start_manage
 from course.labs.base import LabError, Progress
 from course.labs.live_jobs import COUNTER_PREFIX
 from course.models import ProbeEffect
-from jobs.processes import child_environment, start_manage
 from messaging.models import Delivery
 from messaging.services import outbox_publish
 from messaging.tasks import sweep

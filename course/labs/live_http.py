@@ -33,9 +33,9 @@ from typing import Final
 import httpx
 from django.db import connection
 
+from course.instruments.processes import ROOT, child_environment, kill_group
 from course.labs.base import LabError, Progress
 from course.labs.live import live_step
-from jobs.processes import ROOT, child_environment, kill_group
 from library.cache.metrics import FLUSH_INTERVAL_S, metrics_read
 
 START_TIMEOUT_S: Final = 60.0

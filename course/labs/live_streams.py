@@ -121,7 +121,7 @@ def retention_in_throwaway(*, keep: int, events: int, lagging_at: int) -> Any:
     but its DATABASE_URL names a file in a temporary folder: the trim deletes a
     prefix of that log only, never the installation's.
     """
-    from jobs.processes import ROOT, child_environment, manage_command
+    from course.instruments.processes import ROOT, child_environment, manage_command
 
     with tempfile.TemporaryDirectory(prefix="streams-retention-") as folder:
         out = Path(folder) / "result.json"

@@ -235,8 +235,8 @@ def model(params: Params, progress: Progress) -> Tables:
 
 
 def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
+    from course.instruments.processes import running, start_manage
     from jobs.management.commands.scheduledrun import probe_keys
-    from jobs.processes import running, start_manage
     from jobs.scheduler import schedule_redis
 
     redis = schedule_redis()

@@ -3,7 +3,8 @@
 Model part: the lesson's ``ws-server.mjs`` ported to a small threaded TCP server in
 this process (a plain request gets 426; an upgrade gets 101 with the accept key; a
 text frame gets the ``ack``; ping gets pong with the same body; close is echoed),
-driven by our raw client (``realtime.wsclient``) sending the lesson's three frames.
+driven by our raw client (``course.instruments.websocket_client``) sending the lesson's
+three frames.
 Nothing here depends on the machine, so the tables equal what the course prints:
 the client's frames are masked (38, 8 and 10 bytes), the server's are not.
 
@@ -22,8 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from course.labs.base import Cell, Lab, LabError, Params, Progress, Tables, table
-from realtime.wsclient import (
+from course.instruments.websocket_client import (
     CLOSE,
     PING,
     PONG,
@@ -35,6 +35,7 @@ from realtime.wsclient import (
     parse_frame,
     plain_get,
 )
+from course.labs.base import Cell, Lab, LabError, Params, Progress, Tables, table
 
 HANDSHAKE_COLUMNS: Final = ["check", "value"]
 FRAME_COLUMNS: Final = ["direction", "opcode", "masked", "length"]

@@ -139,8 +139,8 @@ def _wait_for(check: object, what: str) -> None:
 def _live_pool_row(
     workers: int, jobs: int, job_ms: int, progress: Progress
 ) -> list[Cell]:
+    from course.instruments.probe_jobs import io_job
     from course.labs.live import live_system, new_run_id, redis_connection
-    from jobs.probes import io_job
 
     run = new_run_id()
     redis = redis_connection()
@@ -167,8 +167,8 @@ def _live_supervision(progress: Progress) -> list[Cell]:
     from rq import Retry
     from rq.job import JobStatus
 
+    from course.instruments.probe_jobs import die_always, io_job
     from course.labs.live import live_step, live_system, new_run_id, redis_connection
-    from jobs.probes import die_always, io_job
 
     run = new_run_id()
     redis = redis_connection()

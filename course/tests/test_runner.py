@@ -4,11 +4,12 @@ from typing import Any
 import django_rq
 import pytest
 from django.test import Client
+from django.utils.module_loading import import_string
 from rq import SimpleWorker
 
 from course.labs.registry import LABS, lab_get
 from course.lessons import LESSONS
-from course.services import lab_run_enqueue
+from course.services import RUN_LAB_TASK, lab_run_enqueue
 from course.tasks import run_lab
 from course.tests.lab_results import lab_json
 from jobs.models import JobStatus
@@ -189,3 +190,8 @@ def test_a_finished_job_is_not_run_again(redis_client):
 
 def test_missing_job_is_ignored():
     run_lab(str(uuid.uuid4()))  # logs a warning, raises nothing
+
+
+def test_the_enqueued_task_names_the_worker_entry_point():
+    # course.services enqueues by dotted path (course.tasks imports the services).
+    assert import_string(RUN_LAB_TASK) is run_lab

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
+from course.instruments.processes import child_environment, kill_group, start_manage
 from course.labs.live import _children
 from jobs import report
 from jobs.models import JobStatus
-from jobs.processes import child_environment, kill_group, start_manage
 from jobs.tests.test_report import LOANS, make_loans, row
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]

@@ -11,11 +11,12 @@ import django_rq
 import pytest
 from django.contrib.auth.models import User
 
+from course.instruments.processes import kill_group, start_manage
 from jobs.locks import LeaseLock
 from jobs.management.commands.scheduler import Command
 from jobs.models import ScheduledTaskAction, ScheduledTaskState
-from jobs.processes import kill_group, start_manage
 from jobs.recurrence import (
+    TASKS_BY_NAME,
     Daily,
     Every,
     MonthEnd,
@@ -23,7 +24,7 @@ from jobs.recurrence import (
     current_slot,
     next_run,
 )
-from jobs.scheduler import TASKS_BY_NAME, lease_name, scheduled_run
+from jobs.scheduler import lease_name, scheduled_run
 from jobs.scheduler_actions import (
     ScheduleActionError,
     scheduled_task_action_run,

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from course.instruments.processes import kill_group, running, start_manage
 from jobs.locks import LeaseLock, lease, lease_holder
 from jobs.management.commands.scheduledrun import probe_keys, probe_lease_name
-from jobs.processes import kill_group, running, start_manage
 
 TIMEOUT_S = 120
 

@@ -11,8 +11,8 @@ from rq import Queue, Retry
 from rq.job import JobStatus as RqStatus
 from rq.registry import FailedJobRegistry
 
+from course.instruments.probe_jobs import die_always
 from jobs.models import JobStatus
-from jobs.probes import die_always
 from jobs.supervision import jobstatus_reconcile, rq_job_id, rq_maintenance
 
 pytestmark = pytest.mark.django_db

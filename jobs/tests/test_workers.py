@@ -19,8 +19,14 @@ from rq import Retry
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
-from jobs.probes import die_always, die_once, io_job, sleep_then_mark, slow_while_token
-from jobs.processes import kill_group
+from course.instruments.probe_jobs import (
+    die_always,
+    die_once,
+    io_job,
+    sleep_then_mark,
+    slow_while_token,
+)
+from course.instruments.processes import kill_group
 from tests.processes import start_manage
 
 pytestmark = [pytest.mark.processes]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from config.redis_server import with_db
-from jobs.processes import ROOT, child_environment
+from course.instruments.processes import ROOT, child_environment
 from library.cache.metrics import cache_redis, metrics_read, metrics_reset
 from library.cache.singleflight import (
     lock_acquire,

@@ -15,7 +15,7 @@ import time
 import pytest
 from django.db.models import Count
 
-from jobs.processes import kill_group
+from course.instruments.processes import kill_group
 from library.models import Book, Branch, Loan, Member, Notification
 from library.services import loan_issue
 from messaging.models import DeadLetter, Delivery, OutboxMessage

@@ -18,18 +18,18 @@ from channels.testing import WebsocketCommunicator
 from django.test import override_settings
 
 from config.asgi import application
+from course.instruments.websocket_client import RawWebSocket
 from library.models import Book, Branch, Member
 from library.services import loan_issue
 from messaging.services import messaging_drain
 from realtime.accounting import (
     BROADCASTS_KEY,
+    broadcasts_send,
     counters_read,
     group_key,
     group_size,
     redis_client,
 )
-from realtime.broadcast import broadcasts_send
-from realtime.wsclient import RawWebSocket
 from tests.processes import free_port, start_daphne, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

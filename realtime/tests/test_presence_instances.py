@@ -20,7 +20,7 @@ import pytest
 import websockets
 from websockets.typing import Origin
 
-from jobs.processes import kill_group
+from course.instruments.processes import kill_group
 from library.models import Book, Branch
 from realtime.presence import broadcasts_key
 from tests.browser import needs_chromium

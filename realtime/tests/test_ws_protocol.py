@@ -13,9 +13,8 @@ import struct
 import pytest
 from django.test import Client
 
-from library.models import Book, Branch
-from realtime import wsclient
-from realtime.wsclient import (
+from course.instruments import websocket_client
+from course.instruments.websocket_client import (
     BINARY,
     CLOSE,
     PING,
@@ -27,6 +26,7 @@ from realtime.wsclient import (
     parse_frame,
     plain_get,
 )
+from library.models import Book, Branch
 from tests.processes import free_port, start_daphne, stop
 
 PATH = "/ws/branches/1/stock/"
@@ -154,7 +154,7 @@ def dropped(ws: RawWebSocket) -> bool:
     """Return True when the server cut the TCP connection without a close frame."""
     try:
         ws.receive_until(CLOSE)
-    except (wsclient.WebSocketError, ConnectionResetError):
+    except (websocket_client.WebSocketError, ConnectionResetError):
         return True
     return False
 
@@ -206,5 +206,5 @@ def test_a_close_frame_is_answered_then_the_tcp_connection_closes(server):
     ws.send(CLOSE, struct.pack("!H", 4000) + b"bye")
     # Autobahn answers a client's close with 1000 whatever code it was sent.
     assert ws.receive_until(CLOSE).close_code == 1000
-    with pytest.raises((wsclient.WebSocketError, OSError)):
+    with pytest.raises((websocket_client.WebSocketError, OSError)):
         ws.receive()  # the server closed the TCP connection after its close frame

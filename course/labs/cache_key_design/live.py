@@ -4,10 +4,19 @@ catalogue behind daphne.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from html import unescape
 
-from course.labs.base import Cell, Params, Progress, Tables, table
+from course.labs.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.http_caching import live_server
+from course.labs.live import live_step, new_run_id
+from library import selectors
+from library.cache import reads
+from library.cache.metrics import cache_redis
+from library.cache.store import generation_get
+from library.models import Book, Branch
 
 # --- live part: the real Redis store and the real catalogue behind daphne ----------
 
@@ -30,7 +39,6 @@ class Served:
 
 def _origin_page(branch: int, query: str) -> Served:
     """Return page 1 of ``branch``'s search straight from the database."""
-    from library import selectors
 
     page = selectors.branch_books_page(branch_id=branch, query=query, page=1)
     books = list(page.object_list)
@@ -38,7 +46,6 @@ def _origin_page(branch: int, query: str) -> Served:
 
 
 def _served_branches(served: Served) -> list[int]:
-    from library.models import Book
 
     found = Book.objects.filter(pk__in=served.ids).values_list("branch_id", flat=True)
     return sorted(set(found))
@@ -63,9 +70,6 @@ def _tenant_row(
 
 def _naive_lookup(key: str, branch: int, query: str) -> tuple[str, Served]:
     """Cache-aside on the real Redis with a key the caller glued together."""
-    import json
-
-    from library.cache.metrics import cache_redis
 
     redis = cache_redis()
     raw = redis.get(key)
@@ -80,8 +84,6 @@ def _naive_lookup(key: str, branch: int, query: str) -> tuple[str, Served]:
 
 def _generated_key(branch: int, query: str) -> str:
     """Return the key the application's search uses for page 1 of ``branch``."""
-    from library.cache import reads
-    from library.cache.store import generation_get
 
     tenant = reads.branch_tenant(branch)
     return reads.SEARCH.key(
@@ -92,7 +94,6 @@ def _generated_key(branch: int, query: str) -> str:
 
 
 def _page_served(html: str) -> Served:
-    from html import unescape
 
     ids = [int(found) for found in _BOOK_LINK.findall(html)]
     titles = re.findall(r'<a href="/books/\d+/">([^<]*)</a>', html)
@@ -114,12 +115,6 @@ def live(params: Params, progress: Progress) -> Tables:
 
     The naive keys carry the run's id and are deleted at the end.
     """
-    from course.labs.base import LabError
-    from course.labs.http_caching import live_server
-    from course.labs.live import live_step, new_run_id
-    from library.cache import reads
-    from library.cache.metrics import cache_redis
-    from library.models import Branch
 
     query = LIVE_QUERY
     branches = (LIVE_OWNER, LIVE_OTHER)

@@ -17,7 +17,7 @@ def directives_of(header: str | None) -> dict[str, str | None]:
     return directives
 
 
-def _seconds(value: str | None) -> float | None:
+def header_seconds(value: str | None) -> float | None:
     try:
         return float(int(value or ""))
     except ValueError:
@@ -36,9 +36,9 @@ def freshness_s(directives: dict[str, str | None], *, shared: bool) -> float | N
         return None
     if shared and ("private" in directives or "public" not in directives):
         return None
-    lifetime = _seconds(directives.get("max-age"))
+    lifetime = header_seconds(directives.get("max-age"))
     if shared and "s-maxage" in directives:
-        lifetime = _seconds(directives["s-maxage"])
+        lifetime = header_seconds(directives["s-maxage"])
     return lifetime
 
 

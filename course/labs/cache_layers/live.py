@@ -8,17 +8,28 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from course.labs.base import Cell, Params, Progress, Tables, int_param, table
-from course.labs.cache_layers.http_cache import HttpCache, _seconds
+from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
+from course.labs.cache_layers.http_cache import HttpCache, header_seconds
 from course.labs.cache_layers.model import (
     BOOKS,
     BRANCHES,
     LAYERS,
-    _share,
     chain_stream,
     request_stream,
+    share_pct,
 )
+from course.labs.http_caching import signed_in_staff
 from course.labs.jsnum import js_fixed_number
+from course.labs.live import live_step, new_run_id
+from course.labs.live_http import (
+    client_for,
+    counters,
+    counters_delta,
+    counters_settled,
+    daphnes,
+    server_cold,
+)
+from library.models import Book, Branch, Member
 
 # --- live part: real HTTP through a client cache and an edge to a real daphne -------
 
@@ -56,8 +67,6 @@ class LivePages:
 
 
 def _live_pages(members_needed: int) -> LivePages:
-    from course.labs.base import LabError
-    from library.models import Book, Branch, Member
 
     def first(model: type[Book] | type[Branch] | type[Member], count: int) -> list[int]:
         ids = [
@@ -86,7 +95,6 @@ class ChainRun:
 
 
 def _get(client: Any, path: str, *, anonymous: bool) -> Any:
-    from course.labs.base import LabError
 
     response = client.get(path)
     if response.status_code != 200:
@@ -116,7 +124,6 @@ def chain_live(
     same for everyone); a member's history carries the session of a signed-in staff
     account, since the page is private. The clock is the real one.
     """
-    from course.labs.live import live_step
 
     run = ChainRun()
     clients: dict[int, HttpCache] = {}
@@ -146,7 +153,7 @@ def chain_live(
             signed_in if private else anonymous, path, anonymous=not private
         )
         arrived = time.monotonic()
-        produced = arrived - (_seconds(response.headers.get("age")) or 0.0)
+        produced = arrived - (header_seconds(response.headers.get("age")) or 0.0)
         directives = response.headers.get("cache-control", "")
         edge.offer(path, directives, stored_at=produced, now=arrived)
         client.offer(path, directives, stored_at=produced, now=arrived)
@@ -201,16 +208,6 @@ def live(params: Params, progress: Progress) -> Tables:
     ``live_server`` (it serves many HTTP requests of several kinds, hence no count).
     Traffic of the installation on the same Redis during the run is counted too.
     """
-    from course.labs.http_caching import signed_in_staff
-    from course.labs.live import live_step, new_run_id
-    from course.labs.live_http import (
-        client_for,
-        counters,
-        counters_delta,
-        counters_settled,
-        daphnes,
-        server_cold,
-    )
 
     requests, seed = int_param(params, "requests"), int_param(params, "seed")
     chain = chain_stream(requests, int_param(params, "users"), seed)
@@ -299,7 +296,7 @@ def live(params: Params, progress: Progress) -> Tables:
                 [
                     layer,
                     run.layers[layer],
-                    js_fixed_number(_share(run.layers[layer], requests)),
+                    js_fixed_number(share_pct(run.layers[layer], requests)),
                 ]
                 for layer in LAYERS
             ],

@@ -169,7 +169,7 @@ def model(params: Params, progress: Progress) -> Tables:
     )
     # The course prints (n / requests * 100).toFixed(1); with no requests that is NaN.
     chain_rows: list[list[Cell]] = [
-        [layer, counts[layer], js_fixed_number(_share(counts[layer], requests))]
+        [layer, counts[layer], js_fixed_number(share_pct(counts[layer], requests))]
         for layer in LAYERS
     ]
     return {
@@ -181,5 +181,5 @@ def model(params: Params, progress: Progress) -> Tables:
     }
 
 
-def _share(part: int, whole: int) -> float:
+def share_pct(part: int, whole: int) -> float:
     return part / whole * 100 if whole else float("nan")

@@ -30,6 +30,12 @@ from course.labs.cache_metrics.model import (
     ratio_pct,
     workload,
 )
+from course.labs.live import live_step, new_run_id
+from library import selectors
+from library.cache.keys import cache_key
+from library.cache.metrics import metrics_read, metrics_record, metrics_reset
+from library.cache.store import LocalTier, encode
+from library.models import Book, Branch, Member
 
 if TYPE_CHECKING:
     from library.cache.metrics import NamespaceMetrics
@@ -49,8 +55,6 @@ class LiveCatalogue:
 
     @classmethod
     def load(cls) -> LiveCatalogue:
-        from course.labs.base import LabError
-        from library.models import Book, Branch, Member
 
         found = cls(
             books=list(
@@ -89,7 +93,6 @@ class LiveOrigin:
         self.with_year = with_year
 
     def read(self, kind: str, ident: int) -> Value:
-        from library import selectors
 
         c = self.catalogue
         if kind == "book":
@@ -120,7 +123,6 @@ class LiveOrigin:
 
 
 def _live_key(kind: str, ident: int) -> str:
-    from library.cache.keys import cache_key
 
     tenant = {"book": "shared", "history": f"member-{ident}"}.get(
         kind, f"branch-{ident}"
@@ -140,7 +142,6 @@ class LiveCache:
     """
 
     def __init__(self, capacity: int, prefix: str, origin: LiveOrigin) -> None:
-        from library.cache.store import LocalTier
 
         self.tier = LocalTier(max_entries=capacity)
         self.prefix = prefix
@@ -150,8 +151,6 @@ class LiveCache:
         return f"{self.prefix}{kind}"
 
     def _produce(self, kind: str, ident: int) -> bytes:
-        from library.cache.metrics import metrics_record
-        from library.cache.store import encode
 
         start = time.perf_counter()
         data = encode(self.origin.read(kind, ident))
@@ -166,7 +165,6 @@ class LiveCache:
         return data
 
     def get(self, kind: str, ident: int) -> None:
-        from library.cache.metrics import metrics_record
 
         key, namespace = _live_key(kind, ident), self.namespace(kind)
         data = self.tier.get(key, namespace=namespace)
@@ -183,7 +181,6 @@ class LiveCache:
 
 def _counts(prefix: str, since: float) -> dict[str, NamespaceMetrics]:
     """Return the run's counters per kind, read from the application's metrics."""
-    from library.cache.metrics import metrics_read
 
     window = int(time.time() // 60 - since // 60) + 1
     return {
@@ -222,8 +219,6 @@ def live(params: Params, progress: Progress) -> Tables:
     model's; the bytes are the real values' sizes. The run's counters are deleted
     at the end.
     """
-    from course.labs.live import live_step, new_run_id
-    from library.cache.metrics import metrics_reset
 
     count, seed = int_param(params, "requests"), int_param(params, "seed")
     capacities = int_list_param(params, "capacities")

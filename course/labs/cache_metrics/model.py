@@ -19,6 +19,7 @@ from course.labs.base import (
     table,
 )
 from course.labs.jsnum import JsLcg, js_fixed_number
+from library.cache.keys import cache_key
 
 # --- the measurement database ---------------------------------------------------
 
@@ -224,12 +225,27 @@ def _tenant(kind: str, branch: int) -> str:
     return "shared" if kind == "book" else f"branch-{branch}"
 
 
+def entry_key(kind: str, ident: int, branch: int) -> str:
+    """The cache key of one read, built as the library builds its keys.
+
+    Only a key's identity matters to the counters (one entry per kind and id), so the
+    library's own ``cache_key`` spells it: namespace, schema, generation, tenant and
+    the kind as the operation, the id as its one criterion.
+    """
+    return cache_key(
+        namespace="library",
+        operation=kind,
+        tenant=_tenant(kind, branch),
+        criteria={"id": ident},
+    )
+
+
 def capacity_row(requests: list[Request], capacity: int) -> list[Cell]:
     cache_ = MeteredLru(capacity)
     origin = CountingOrigin(library_data(), with_year=True)
     for kind, ident in requests:
         # In this workload the stock and list ids are branch ids.
-        key = f"library:s1:g1:t{_tenant(kind, ident)}:{kind}:{ident}"
+        key = entry_key(kind, ident, branch=ident)
         if cache_.get(key) is None:
             cache_.set(key, origin.read(kind, ident))
     c = cache_.counters
@@ -265,7 +281,7 @@ def breakdown(
             per_namespace[kind][1] += 1
             continue
         # Here every non-book id is folded onto a branch for the tenant segment.
-        key = f"library:s1:g1:t{_tenant(kind, ident % BRANCH_COUNT + 1)}:{kind}:{ident}"
+        key = entry_key(kind, ident, branch=ident % BRANCH_COUNT + 1)
         hit = cache_.get(key) is not None
         if not hit:
             cache_.set(key, origin.read(kind, ident))

@@ -19,6 +19,8 @@ from course.labs.cache_strategies.live_strategies import (
     live_strategy_row,
 )
 from course.labs.cache_strategies.model import RACE_BOOK, STRATEGY_NAMES, workload
+from course.labs.live import live_step, new_run_id
+from course.labs.live_store import require_books, run_keys, shelves_restored
 
 
 def live(params: Params, progress: Progress) -> Tables:
@@ -40,8 +42,6 @@ def live(params: Params, progress: Progress) -> Tables:
 
     The books' shelf counts are put back and the run's entries deleted at the end.
     """
-    from course.labs.live import live_step, new_run_id
-    from course.labs.live_store import require_books, run_keys, shelves_restored
 
     operations = workload(
         ops=int_param(params, "ops"),

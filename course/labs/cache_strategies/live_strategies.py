@@ -8,6 +8,15 @@ from dataclasses import dataclass, field
 
 from course.labs.base import Cell, LabError
 from course.labs.cache_strategies.model import COPIES_ON_SHELF, Counters, Operation
+from course.labs.live_store import (
+    LAB_NAMESPACE,
+    SHELF,
+    run_tenant,
+    shelf_read,
+    shelf_write,
+)
+from library.cache.metrics import cache_redis
+from library.cache.store import cache_aside, cache_delete, write_through
 
 # --- live part ----------------------------------------------------------------------
 
@@ -32,13 +41,11 @@ class LiveOrigin:
         self.writes = 0
 
     def read(self, book: int) -> int:
-        from course.labs.live_store import shelf_read
 
         self.reads += 1
         return shelf_read(book)
 
     def write(self, book: int, on_shelf: int) -> None:
-        from course.labs.live_store import shelf_write
 
         self.writes += 1
         shelf_write(book, on_shelf)
@@ -61,7 +68,6 @@ class LiveStrategy:
     _writes: int = 0
 
     def key(self, book: int) -> str:
-        from course.labs.live_store import SHELF, run_tenant
 
         return SHELF.key(
             tenant=run_tenant(self.run), criteria={"id": book, "s": self.name}
@@ -69,15 +75,12 @@ class LiveStrategy:
 
     @property
     def dirty_key(self) -> str:
-        from course.labs.live_store import SHELF, run_tenant
 
         return SHELF.key(
             tenant=run_tenant(self.run), criteria={"dirty": 1, "s": self.name}
         )
 
     def read(self, book: int) -> int:
-        from course.labs.live_store import LAB_NAMESPACE
-        from library.cache.store import cache_aside
 
         produced = False
 
@@ -99,9 +102,6 @@ class LiveStrategy:
         return value
 
     def write(self, book: int, on_shelf: int) -> None:
-        from course.labs.live_store import LAB_NAMESPACE
-        from library.cache.metrics import cache_redis
-        from library.cache.store import cache_delete, write_through
 
         if self.name == "cache-aside":
             # Origin first, then the delete: the next read reloads the new count.
@@ -128,7 +128,6 @@ class LiveStrategy:
 
     def flush(self) -> None:
         """Write the collected changes to the origin, one write per book."""
-        from library.cache.metrics import cache_redis
 
         # Read and clear in one MULTI: a change queued between the two would be lost.
         pipe = cache_redis().pipeline(transaction=True)
@@ -139,7 +138,6 @@ class LiveStrategy:
             self.origin.write(int(book), int(value))
 
     def unflushed(self) -> int:
-        from library.cache.metrics import cache_redis
 
         if self.name != "write-behind":
             return 0
@@ -153,7 +151,6 @@ def live_strategy_row(
 
     The touched books start at the lesson's three copies, as each model run does.
     """
-    from course.labs.live_store import shelf_read, shelf_write
 
     books = sorted({op.book for op in operations})
     for book in books:

@@ -4,6 +4,10 @@ redrive on real worker processes.
 
 from __future__ import annotations
 
+import json
+
+from course.instruments.probes import fixed_marker
+from course.labs import live as harness
 from course.labs.base import (
     Cell,
     LabError,
@@ -14,6 +18,9 @@ from course.labs.base import (
     int_param,
     table,
 )
+from messaging.models import DeadLetter
+from messaging.registry import SUBSCRIPTIONS
+from messaging.services import deadletter_redrive
 
 # --- live part ---------------------------------------------------------------------
 
@@ -26,13 +33,6 @@ def live(params: Params, progress: Progress) -> Tables:
     The isolation threshold is the ``lab_probe`` subscription's ``max_attempts``;
     the ``threshold`` parameter drives only the model.
     """
-    import json
-
-    from course.instruments.probes import fixed_marker
-    from course.labs import live as harness
-    from messaging.models import DeadLetter
-    from messaging.registry import SUBSCRIPTIONS
-    from messaging.services import deadletter_redrive
 
     messages = int_param(params, "messages")
     if messages > LIVE_MAX_MESSAGES:

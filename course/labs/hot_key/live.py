@@ -6,9 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass
 
-from course.labs.base import Cell, Params, Progress, Tables, int_param, table
+import httpx
+from django.conf import settings
+
+from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
+from course.labs.live import live_step
+from course.labs.live_http import (
+    Counters,
+    Daphne,
+    client_for,
+    counters,
+    counters_delta,
+    counters_settled,
+    daphnes,
+    percentile,
+    request_headers,
+    server_cold,
+)
+from library.models import Book
 
 # --- live part: a burst of real HTTP requests on one cold key -----------------------
 
@@ -29,9 +47,6 @@ def burst(targets: list[tuple[str, dict[str, str]]]) -> BurstResult:
     The requests run on an event loop of their own on a short-lived thread, so the
     caller may itself be inside a running loop (the course's web runner).
     """
-    import time
-
-    import httpx
 
     async def main() -> BurstResult:
         limits = httpx.Limits(max_connections=len(targets), max_keepalive_connections=0)
@@ -90,25 +105,6 @@ def live(params: Params, progress: Progress) -> Tables:
     on how soon the refresh lands, which the machine decides; the origin calls and
     the waiting count of this row do not.
     """
-    import time
-
-    from django.conf import settings
-
-    from course.labs.base import LabError
-    from course.labs.live import live_step
-    from course.labs.live_http import (
-        Counters,
-        Daphne,
-        client_for,
-        counters,
-        counters_delta,
-        counters_settled,
-        daphnes,
-        percentile,
-        request_headers,
-        server_cold,
-    )
-    from library.models import Book
 
     requests = int_param(params, "requests")
     book = Book.objects.order_by("pk").values_list("pk", "branch_id").first()

@@ -5,7 +5,6 @@ expiry landing on one step, and one key's weight on one shard.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import selectors
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -22,15 +21,11 @@ from course.labs.base import (
     table,
 )
 from course.labs.jsnum import js_fixed_number
+from library.cache.ttl import hot_copy_key, key_digest, shard_of
 
 HOT_KEY = "library:s1:g1:tbranch-1:stock"
 FRESH_ON_SHELF = 137
 STALE_ON_SHELF = 131  # what the expired entry still says in the stale-serving run
-
-
-def digest(text: str) -> int:
-    """Return the first 32 bits of SHA-256(text) as an integer (the course's digest)."""
-    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
 
 
 # --- 1. the stampede, on a virtual clock ----------------------------------------
@@ -262,9 +257,12 @@ def expiry_rows(*, keys: int, lifetime: int, jitter: int) -> list[list[Cell]]:
     names = [f"library:s1:g1:tbranch-1:book:{i}" for i in range(1, keys + 1)]
 
     def jittered(name: str) -> int:
-        # In the course a zero spread is ``digest % 0``, NaN, and every key lands in
-        # the one NaN step: the same outcome as no deviation at all.
-        return lifetime + (digest(name) % jitter if jitter else 0)
+        # Not library.cache.ttl.lifetime_with_jitter: that one caps at 24 hours, and
+        # the course's lifetimes (in steps, up to 10**9) are not capped. The deviation
+        # is the same: the key's digest modulo the spread. In the course a zero spread
+        # is ``digest % 0``, NaN, and every key lands in the one NaN step: the same
+        # outcome as no deviation at all.
+        return lifetime + (key_digest(name) % jitter if jitter else 0)
 
     return [
         expiry_row("fixed lifetime", [lifetime for _ in names]),
@@ -288,8 +286,9 @@ def shard_requests_stream(count: int) -> list[str]:
 def shard_loads(keys: list[str], shards: int, copies: int | None) -> list[int]:
     loads = [0] * shards
     for i, key in enumerate(keys):
-        routed = f"{key}.{i % copies}" if copies is not None and key == HOT_KEY else key
-        loads[digest(routed) % shards] += 1
+        split = copies is not None and key == HOT_KEY
+        routed = hot_copy_key(key, copies, i) if split and copies else key
+        loads[shard_of(routed, shards)] += 1
     return loads
 
 

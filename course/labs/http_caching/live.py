@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import re
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from course.labs.base import Cell, Params, Progress, Tables, table
+import httpx
+from django.contrib.auth import get_user_model
+
+from course.labs.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.live import live_step, new_run_id
+from course.labs.live_http import daphnes, host_header
+from library.models import Book, Member
+from library.permissions import ISSUE_LOAN, permission_get
+from library.services import stock_correct
 
 # --- live part: the real views behind a real daphne ------------------------------
 
@@ -21,11 +32,6 @@ def live_server(progress: Progress) -> Iterator[Any]:
     The server keeps this process's LIBRARY_CACHE and is stopped with its whole
     process group however the block ends.
     """
-    import os
-
-    import httpx
-
-    from course.labs.live_http import daphnes, host_header
 
     # The Host header only, as this lab has always sent: request_headers' proxy
     # header would also bring the CSRF Referer check into its sign-in.
@@ -42,7 +48,6 @@ def live_server(progress: Progress) -> Iterator[Any]:
 
 
 def _expect(response: Any, status: int, what: str) -> Any:
-    from course.labs.base import LabError
 
     if response.status_code != status:
         raise LabError(
@@ -52,9 +57,6 @@ def _expect(response: Any, status: int, what: str) -> Any:
 
 
 def _csrf_token(html: str) -> str:
-    import re
-
-    from course.labs.base import LabError
 
     found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
     if found is None:
@@ -66,11 +68,6 @@ def _csrf_token(html: str) -> str:
 def signed_in_staff(client: Any, run: str) -> Iterator[None]:
     """Create a throwaway staff account, sign in through the real form, and at the
     end sign out and delete the account."""
-    import secrets
-
-    from django.contrib.auth import get_user_model
-
-    from library.permissions import ISSUE_LOAN, permission_get
 
     users = get_user_model()
     username = f"lab-live-{run}"
@@ -115,10 +112,6 @@ def live(params: Params, progress: Progress) -> Tables:
        the last two signed in as a throwaway staff account.
     4. The shelf count is put back and the account deleted, however the run ends.
     """
-    from course.labs.base import LabError
-    from course.labs.live import live_step, new_run_id
-    from library.models import Book, Member
-    from library.services import stock_correct
 
     book = Book.objects.filter(pk=LIVE_BOOK_ID).values("on_shelf", "branch_id").first()
     if book is None:

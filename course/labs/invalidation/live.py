@@ -4,10 +4,29 @@ store, the real outbox and the real catalogue pages.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from course.labs.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.live import live_step, live_system, new_run_id, wait_until
+from course.labs.live_store import (
+    LAB_NAMESPACE,
+    book_key,
+    book_key_checked,
+    run_keys,
+    shelf_key,
+    shelf_read,
+    shelf_write,
+    shelves_restored,
+)
+from library import selectors
+from library.cache.metrics import cache_redis
+from library.cache.reads import LIST, book_detail, branch_books_page, branch_tenant
+from library.cache.store import cache_aside, generation_get
+from library.models import Book
+from messaging.models import Delivery, OutboxMessage
+from messaging.registry import LIBRARY_TYPES, MessageType
 
 if TYPE_CHECKING:
     from course.labs.live import LiveSystem
@@ -35,7 +54,6 @@ def _watch(label: str, read: Read, expected: int, committed_at: float) -> list[C
     ``delay_ms`` is the time from the write's commit to the first read that saw the
     new value; the watch goes on for LIVE_READS_AFTER_FRESH more reads.
     """
-    import time
 
     reads = hits = stale = 0
     delay_ms: float | None = None
@@ -67,11 +85,6 @@ def _change(book: int) -> tuple[int, float, int]:
     Return the new count, the monotonic time of the commit and the id of the outbox
     message the change left.
     """
-    import time
-
-    from course.labs.live_store import shelf_read, shelf_write
-    from messaging.models import OutboxMessage
-    from messaging.registry import MessageType
 
     new = shelf_read(book) + 1
     shelf_write(book, new)
@@ -89,7 +102,6 @@ def _change(book: int) -> tuple[int, float, int]:
 
 def _invalidated(message: int) -> bool:
     """Return whether the cache_invalidation delivery of ``message`` is done."""
-    from messaging.models import Delivery
 
     return bool(
         Delivery.objects.filter(
@@ -102,8 +114,6 @@ def _invalidated(message: int) -> bool:
 
 def _live_time(run: str, book: int) -> list[Cell]:
     """A lab entry with a short lifetime and nothing else retiring it."""
-    from course.labs.live_store import LAB_NAMESPACE, shelf_key, shelf_read
-    from library.cache.store import cache_aside
 
     def read() -> tuple[int, bool]:
         produced = False
@@ -128,8 +138,6 @@ def _live_time(run: str, book: int) -> list[Cell]:
 
 def _list_key(branch: int, page: int) -> str:
     """Return the key ``branch_books_page`` reads for the page right now."""
-    from library.cache.reads import LIST, branch_tenant
-    from library.cache.store import generation_get
 
     tenant = branch_tenant(branch)
     return LIST.key(
@@ -141,9 +149,6 @@ def _list_key(branch: int, page: int) -> str:
 
 def _live_event(book: int, branch: int, page: int, system: LiveSystem) -> list[Cell]:
     """The branch's catalogue page, retired by the outbox's cache_invalidation."""
-    from course.labs.live import wait_until
-    from library.cache.metrics import cache_redis
-    from library.cache.reads import branch_books_page
 
     def read() -> tuple[int, bool]:
         before = _list_key(branch, page)
@@ -190,9 +195,6 @@ def _on_page(rows: Iterable[Book], book: int, page: int) -> int:
 
 def _live_version(book: int) -> list[Cell]:
     """The application's book detail, whose key carries the book's version."""
-    from course.labs.live_store import book_key, book_key_checked
-    from library.cache.metrics import cache_redis
-    from library.cache.reads import book_detail
 
     book_key_checked(book)
 
@@ -210,8 +212,6 @@ def _live_version(book: int) -> list[Cell]:
 
 def _catalogue_page(book: int) -> tuple[int, int]:
     """Return the book's branch and the catalogue page that lists it."""
-    from library import selectors
-    from library.models import Book
 
     branch = Book.objects.filter(pk=book).values_list("branch_id", flat=True).get()
     ordered = list(
@@ -228,7 +228,6 @@ def _wait_quiet(book: int, system: LiveSystem) -> None:
     A bump still on its way would retire the page just stored and pass for the
     lab's own event, and a drain in progress holds the database's write lock.
     """
-    from course.labs.live import wait_until
 
     wait_until(
         lambda: _quiet(book),
@@ -240,8 +239,6 @@ def _wait_quiet(book: int, system: LiveSystem) -> None:
 
 def _quiet(book: int) -> bool:
     """Return whether every library change of the book is relayed and delivered."""
-    from messaging.models import Delivery, OutboxMessage
-    from messaging.registry import LIBRARY_TYPES
 
     # The key alone is not enough: lab probes use small integers as keys too.
     changes = OutboxMessage.objects.filter(key=str(book), type__in=LIBRARY_TYPES)
@@ -273,9 +270,6 @@ def live(params: Params, progress: Progress) -> Tables:
     ``delay_ms`` is commit to first fresh read (machine-dependent; 10 ms read
     spacing). The book (the catalogue's first) gets its shelf count back at the end.
     """
-    from course.labs.live import live_step, live_system, new_run_id
-    from course.labs.live_store import run_keys, shelves_restored
-    from library.models import Book
 
     book = Book.objects.order_by("pk").values_list("pk", flat=True).first()
     if book is None:

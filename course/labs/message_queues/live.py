@@ -4,9 +4,14 @@ worker processes, one of which dies holding its lease.
 
 from __future__ import annotations
 
+import socket
+import time
 from functools import partial
 
+from course.labs import live as harness
 from course.labs.base import Cell, Params, Progress, Tables, table
+from course.labs.live import process_gone
+from messaging.models import Delivery as DeliveryRow
 from messaging.registry import SUBSCRIPTIONS
 
 # --- live part ---------------------------------------------------------------------
@@ -23,9 +28,6 @@ def _worker_label(owner: str) -> str:
 
 def _owner_gone(owner: str) -> bool:
     """Return whether the lease owner's process has exited (True if not local)."""
-    import socket
-
-    from course.labs.live import process_gone
 
     host, _, rest = owner.partition(":")
     pid = rest.partition(":")[0]
@@ -41,10 +43,6 @@ def live(params: Params, progress: Progress) -> Tables:
     order, so no claim batch holds two of them. The dead worker's lease is the
     ``lab_probe`` subscription's two seconds, not the ``visibility`` parameter.
     """
-    import time
-
-    from course.labs import live as harness
-    from messaging.models import Delivery as DeliveryRow
 
     def delivery(message_id: int) -> DeliveryRow:
         row: DeliveryRow = harness.probe_deliveries([message_id]).get()

@@ -6,11 +6,15 @@ import datetime
 import logging
 from dataclasses import dataclass, field
 
+from library.models import Book, BookLedger, Branch, StockProjection
+from messaging.models import Delivery, StreamConsumer
+from messaging.registry import STREAM_CONSUMERS
+
 log = logging.getLogger("course.live")
 
 
 @dataclass
-class _LabBooks:
+class LabBooks:
     """The live run's own branch and books; model book k is live book ``ids[k]``."""
 
     branch_id: int
@@ -19,7 +23,7 @@ class _LabBooks:
     message_ids: list[int] = field(default_factory=list)
 
 
-def _books_create(run: str, books: int, partitions: int) -> _LabBooks:
+def books_create(run: str, books: int, partitions: int) -> LabBooks:
     """Create a branch and one live book per model book, on the model's partition.
 
     Book ids come from the database, so books are created until, for every model
@@ -27,10 +31,9 @@ def _books_create(run: str, books: int, partitions: int) -> _LabBooks:
     (book id modulo the partition count) then puts every live book on the partition
     the model puts its model book on. The extra books are deleted with the others.
     """
-    from library.models import Book, Branch
 
     branch = Branch.objects.create(name=f"Lab ordering {run}", city="Lab")
-    lab = _LabBooks(branch_id=branch.pk, ids={})
+    lab = LabBooks(branch_id=branch.pk, ids={})
     while len(lab.ids) < books:
         book = Book.objects.create(
             title=f"Lab ordering {run} #{len(lab.created) + 1}",
@@ -45,23 +48,20 @@ def _books_create(run: str, books: int, partitions: int) -> _LabBooks:
     return lab
 
 
-def _lab_messages_settled(lab: _LabBooks) -> bool:
-    from messaging.models import Delivery
+def lab_messages_settled(lab: LabBooks) -> bool:
 
     return not Delivery.objects.filter(
         message_id__in=lab.message_ids, status=Delivery.Status.PENDING
     ).exists()
 
 
-def _stream_passed(last: int) -> bool:
-    from messaging.models import StreamConsumer
-    from messaging.registry import STREAM_CONSUMERS
+def stream_passed(last: int) -> bool:
 
     offsets = dict(StreamConsumer.objects.values_list("name", "offset"))
     return all(offsets.get(name, 0) >= last for name in STREAM_CONSUMERS)
 
 
-def _books_delete(lab: _LabBooks) -> None:
+def books_delete(lab: LabBooks) -> None:
     """Delete the run's ledger rows, books and branch, if no delivery still needs them.
 
     A pending delivery of a lab message (the run failed half-way) would fail on a
@@ -69,17 +69,16 @@ def _books_delete(lab: _LabBooks) -> None:
     left in place and the log says so. Projection rows go only once every stream
     consumer has read past the run's last message (or it would write them again).
     """
-    from library.models import Book, BookLedger, Branch, StockProjection
 
-    if lab.message_ids and not _lab_messages_settled(lab):
+    if lab.message_ids and not lab_messages_settled(lab):
         log.warning("live ordering lab: deliveries pending, books %s kept", lab.created)
         return
     BookLedger.objects.filter(book_id__in=lab.created).delete()
-    if not lab.message_ids or _stream_passed(max(lab.message_ids)):
+    if not lab.message_ids or stream_passed(max(lab.message_ids)):
         StockProjection.objects.filter(book_id__in=lab.created).delete()
     Book.objects.filter(pk__in=lab.created).delete()
     Branch.objects.filter(pk=lab.branch_id).delete()
 
 
-def _aware(moment: datetime.datetime) -> datetime.datetime:
+def as_aware(moment: datetime.datetime) -> datetime.datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)

@@ -13,8 +13,16 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
+from django.db import transaction
+
+from course.labs import live as harness
 from course.labs.base import Cell
-from course.labs.ordering.books import _LabBooks
+from course.labs.ordering.books import LabBooks
+from library.models import BookLedger
+from library.services import stock_correct
+from messaging.models import DeadLetter, Delivery, OutboxMessage
+from messaging.registry import MessageType
+from messaging.services import outbox_publish
 
 if TYPE_CHECKING:
     from course.labs.live import LiveSystem
@@ -23,11 +31,7 @@ GOOD_CHANGES = 6  # behind the head, and as many on the other partitions
 LEDGER = "book_ledger"
 
 
-def _publish_unusable(lab: _LabBooks, book_id: int) -> int:
-    from django.db import transaction
-
-    from messaging.registry import MessageType
-    from messaging.services import outbox_publish
+def _publish_unusable(lab: LabBooks, book_id: int) -> int:
 
     with transaction.atomic():
         message = outbox_publish(
@@ -42,15 +46,9 @@ def _mean_ms(values: list[float]) -> float | None:
     return round(statistics.fmean(values), 1) if values else None
 
 
-def live_head_of_line(
-    system: LiveSystem, lab: _LabBooks, partitions: int
-) -> list[Cell]:
+def live_head_of_line(system: LiveSystem, lab: LabBooks, partitions: int) -> list[Cell]:
     """Return [blocked_events, average_wait_ms, alone_average_wait_ms, head_attempts,
     head_outcome]."""
-    from course.labs import live as harness
-    from library.models import BookLedger
-    from library.services import stock_correct
-    from messaging.models import DeadLetter, Delivery, OutboxMessage
 
     books = sorted(lab.ids.values())
     head_book = books[0]

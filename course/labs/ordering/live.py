@@ -10,8 +10,12 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+import django_rq
+from django.db.models import Max
 from django.utils import timezone
+from rq.job import Job, JobStatus
 
+from course.labs import live as harness
 from course.labs.base import (
     Cell,
     LabError,
@@ -22,18 +26,19 @@ from course.labs.base import (
     int_param,
     table,
 )
+from course.labs.live import PRIVATE_QUEUE_PREFIX
 from course.labs.ordering.books import (
-    _aware,
-    _books_create,
-    _books_delete,
-    _lab_messages_settled,
-    _LabBooks,
-    _stream_passed,
+    LabBooks,
+    as_aware,
+    books_create,
+    books_delete,
+    lab_messages_settled,
+    stream_passed,
 )
 from course.labs.ordering.head_of_line import live_head_of_line
 from course.labs.ordering.live_tables import (
-    _live_tables,
-    _Ordered,
+    Ordered,
+    build_live_tables,
 )
 from course.labs.ordering.model import (
     HOT_BOOKS,
@@ -44,7 +49,11 @@ from course.labs.ordering.model import (
     loan_events,
     run_competing,
 )
+from library.models import BookLedger
+from library.services import stock_correct
+from messaging.models import Delivery, OutboxMessage
 from messaging.registry import SUBSCRIPTIONS
+from messaging.services.partitions import partition_loads
 
 if TYPE_CHECKING:
     from course.labs.live import LiveSystem
@@ -72,7 +81,6 @@ def competing_apply(key: str, order: int, delay_ms: int) -> None:
     The record is an RPUSH of the event's production order onto ``key``: Redis
     serializes the pushes, so the list is the order in which the jobs finished.
     """
-    import django_rq
 
     time.sleep(delay_ms / 1000)
     redis = django_rq.get_connection("messaging")
@@ -82,7 +90,6 @@ def competing_apply(key: str, order: int, delay_ms: int) -> None:
 
 def applied_key(run: str, workers: int) -> str:
     """Return the Redis list of one competing run (named for the harness's cleanup)."""
-    from course.labs.live import PRIVATE_QUEUE_PREFIX
 
     return f"{PRIVATE_QUEUE_PREFIX}{run}:applied:{workers}"
 
@@ -109,9 +116,6 @@ def _live_competing(
     2. Wait until every job finished; a failed one is a LabError.
     3. Read the finish order from the run's Redis list and count inversions.
     """
-    from rq.job import Job, JobStatus
-
-    from course.labs import live as harness
 
     key = applied_key(system.run, workers)
     started = timezone.now()
@@ -139,7 +143,7 @@ def _live_competing(
     applied = [int(value) for value in raw]
     if sorted(applied) != [event.order for event in events]:
         raise LabError(f"live: {len(applied)} of {len(events)} events recorded")
-    ended = max(_aware(job.ended_at) for job in jobs if job.ended_at is not None)
+    ended = max(as_aware(job.ended_at) for job in jobs if job.ended_at is not None)
     model_run = run_competing(events, workers)
     return [
         workers,
@@ -152,8 +156,8 @@ def _live_competing(
 
 
 def _live_partitioned(
-    system: LiveSystem, events: Sequence[Event], lab: _LabBooks
-) -> _Ordered:
+    system: LiveSystem, events: Sequence[Event], lab: LabBooks
+) -> Ordered:
     """Publish each event as a real stock correction; read the ledger's apply order.
 
     1. For each event in production order, ``stock_correct`` its live book: one
@@ -163,13 +167,6 @@ def _live_partitioned(
     3. The ledger rows, by id, are the apply order; their ``in_order`` flag is the
        handler's own check; the delivery rows say which partition took each event.
     """
-    from django.db.models import Max
-
-    from course.labs import live as harness
-    from library.models import BookLedger
-    from library.services import stock_correct
-    from messaging.models import Delivery, OutboxMessage
-    from messaging.services.partitions import partition_loads
 
     partitions = SUBSCRIPTIONS[LEDGER].partitions
     order_of: dict[int, int] = {}  # message id -> event order
@@ -233,7 +230,7 @@ def _live_partitioned(
     per_book: dict[int, int] = {}
     for _, book_id, _ in ledger:
         per_book[model_book[book_id]] = per_book.get(model_book[book_id], 0) + 1
-    return _Ordered(
+    return Ordered(
         events=len(ids),
         # A lease owner ("host:pid:nonce") is unique per drain job.
         drain_jobs=len({owner for *_, owner in rows}),
@@ -258,9 +255,8 @@ def live(params: Params, progress: Progress) -> Tables:
        stock corrections and measure the ledger; wait until every subscription has
        processed the run's messages.
     4. However it ends: stop the workers, delete the run's books (see
-       ``_books_delete``).
+       ``books_delete``).
     """
-    from course.labs import live as harness
 
     count = int_param(params, "events")
     books = int_param(params, "books")
@@ -282,10 +278,10 @@ def live(params: Params, progress: Progress) -> Tables:
     partitions = SUBSCRIPTIONS[LEDGER].partitions
     run = harness.new_run_id()
     harness.live_step(progress, 0.01, "creating the run's branch and books")
-    lab = _books_create(run, max(books, HOT_BOOKS), partitions)
+    lab = books_create(run, max(books, HOT_BOOKS), partitions)
     competing_rows: list[list[Cell]] = []
-    main: _Ordered | None = None
-    hot_run: _Ordered | None = None
+    main: Ordered | None = None
+    hot_run: Ordered | None = None
     blocking: list[Cell] = []
     try:
         for index, workers in enumerate(counts):
@@ -312,7 +308,7 @@ def live(params: Params, progress: Progress) -> Tables:
                 blocking = live_head_of_line(system, lab, partitions)
                 harness.live_step(progress, 0.9, "waiting for every subscription")
                 harness.wait_until(
-                    lambda: _lab_messages_settled(lab),
+                    lambda: lab_messages_settled(lab),
                     what="the other subscriptions' copies of the run's messages",
                     timeout=60,
                     system=system,
@@ -320,15 +316,15 @@ def live(params: Params, progress: Progress) -> Tables:
                 with contextlib.suppress(LabError):
                     # Only to tidy the projection up; a slow stream keeps its rows.
                     harness.wait_until(
-                        partial(_stream_passed, max(lab.message_ids, default=0)),
+                        partial(stream_passed, max(lab.message_ids, default=0)),
                         what="the streams",
                         timeout=15,
                     )
     finally:
-        _books_delete(lab)
+        books_delete(lab)
     if main is None or hot_run is None:  # the largest worker count runs both
         raise LabError("live: the partitioned runs did not run")
-    tables = _live_tables(
+    tables = build_live_tables(
         competing_rows, main, hot_run, events, hot, lab, counts[-1], partitions
     )
     tables["live_head_of_line"] = table(

@@ -14,7 +14,7 @@ from course.labs.base import (
 )
 from course.labs.jsnum import js_fixed_number
 from course.labs.ordering.books import (
-    _LabBooks,
+    LabBooks,
 )
 from course.labs.ordering.model import (
     Event,
@@ -37,7 +37,7 @@ def expected_partition_events(events: Sequence[Event], partitions: int) -> list[
 
 
 @dataclass(frozen=True)
-class _Ordered:
+class Ordered:
     """What one partitioned run measured on the real ``book_ledger`` subscription."""
 
     events: int
@@ -52,13 +52,13 @@ class _Ordered:
     ledger_counts: dict[int, int]  # model book -> ledger rows
 
 
-def _live_tables(
+def build_live_tables(
     competing_rows: list[list[Cell]],
-    main: _Ordered,
-    hot_run: _Ordered,
+    main: Ordered,
+    hot_run: Ordered,
     events: Sequence[Event],
     hot: Sequence[Event],
-    lab: _LabBooks,
+    lab: LabBooks,
     workers: int,
     partitions: int,
 ) -> Tables:

@@ -17,6 +17,7 @@ from course.labs.base import (
     table,
 )
 from course.labs.jsnum import JsLcg, js_fixed_number
+from messaging.policies import partition_of as messaging_partition_of
 
 if TYPE_CHECKING:
     pass
@@ -35,13 +36,14 @@ def partition_of(key: int, partitions: int) -> int:
     """Return the partition a key's messages go to: ``key mod partitions``.
 
     Every message of one key lands on the same partition, which is what keeps that
-    key's order. ``key`` is a book id (a non-negative integer).
+    key's order. ``key`` is a book id (a non-negative integer), routed by the
+    system's own choice (``messaging.policies.partition_of``), which takes a numeric
+    key modulo the count. A negative id would not be numeric there (it would go by
+    CRC-32), so it is refused here instead.
     """
-    if partitions < 1:
-        raise ValueError("partitions must be at least 1")
     if key < 0:
         raise ValueError("a partition key is a non-negative integer")
-    return key % partitions
+    return messaging_partition_of(str(key), partitions)
 
 
 @dataclass(frozen=True)

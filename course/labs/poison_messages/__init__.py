@@ -26,7 +26,7 @@ from __future__ import annotations
 from course.labs.base import Chart, Lab, Param
 from course.labs.jsnum import SEED_MAX
 from course.labs.poison_messages import live, model
-from course.labs.poison_messages.model import _check_wave_size
+from course.labs.poison_messages.model import check_wave_size
 
 __all__ = ["LAB"]
 
@@ -87,7 +87,7 @@ LAB = Lab(
     ),
     model=model.model,
     live=live.live,
-    combination_check=_check_wave_size,
+    combination_check=check_wave_size,
     charts=(
         Chart(
             table="jitter",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from course.labs import live as harness
 from course.labs.base import Cell, Params, Progress, Tables, table
 from course.labs.poison_messages.model import LETHAL, POISON_QUEUE
+from messaging.models import DeadLetter
+from messaging.models import Delivery as DeliveryRow
 
 # --- live part ---------------------------------------------------------------------
 
@@ -18,9 +21,6 @@ def live(params: Params, progress: Progress) -> Tables:
     claims 1 and 2 (each one a death) and claim 3 sends it to the dead letters
     without running it, as in the course.
     """
-    from course.labs import live as harness
-    from messaging.models import DeadLetter
-    from messaging.models import Delivery as DeliveryRow
 
     run = harness.new_run_id()
     with harness.live_system(run=run, progress=progress) as system:

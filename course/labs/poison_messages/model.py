@@ -245,7 +245,7 @@ def model(params: Params, progress: Progress) -> Tables:
 MAX_RETRY_REQUESTS = 100_000
 
 
-def _check_wave_size(params: Params) -> str | None:
+def check_wave_size(params: Params) -> str | None:
     requests = int_param(params, "consumers") * int_param(params, "attempts")
     if requests > MAX_RETRY_REQUESTS:
         return (

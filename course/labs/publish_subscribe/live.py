@@ -4,14 +4,23 @@ outbox and its real subscriptions on real rq worker processes.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
+from course.instruments.probes import LAB_PROBE
+from course.labs import live as harness
+from course.labs import live_streams as helpers
 from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
+from course.labs.live import PROBE_SUBSCRIPTION
 from course.labs.publish_subscribe.model import (
     FAN_OUT_EVENTS,
     LATE_AFTER_JOINING,
     LATE_BEFORE_JOINING,
 )
+from course.models import ProbeEffect
+from messaging.models import Delivery, OutboxMessage
+from messaging.registry import SUBSCRIPTIONS, MessageType
+from messaging.services import subscription_start, subscription_states
 
 if TYPE_CHECKING:
     from course.labs.live import LiveSystem
@@ -82,9 +91,6 @@ def live(params: Params, progress: Progress) -> Tables:
     4. ``live_late_subscriber`` — three probes, then ``lab_late`` starts, then two:
        ``lab_late``'s effects (``ProbeEffect`` rows of mode ``lab_late``) number two.
     """
-    from course.labs import live as harness
-    from course.labs import live_streams as helpers
-    from messaging.services import subscription_start
 
     rounds = int_param(params, "rounds")
     per_round = int_param(params, "per_round")
@@ -160,15 +166,12 @@ class _Probes:
         self.next_seq = 1
 
     def publish(self, count: int, **extra: int) -> list[int]:
-        from course.labs import live_streams as helpers
 
         seqs = range(self.next_seq, self.next_seq + count)
         self.next_seq += count
         return helpers.publish_probe_bodies(self.run, seqs, **extra)
 
     def settle(self, ids: list[int], what: str, timeout: float = 30.0) -> float:
-        from course.labs import live as harness
-        from course.labs import live_streams as helpers
 
         return harness.wait_until(
             lambda: helpers.copies_settled(ids),
@@ -180,7 +183,6 @@ class _Probes:
 
 def _copies(ids: list[int], subscription: str | None = None) -> tuple[int, int]:
     """Return (copies written, copies done) of these messages."""
-    from messaging.models import Delivery
 
     rows = Delivery.objects.filter(message_id__in=ids)
     if subscription is not None:
@@ -190,8 +192,6 @@ def _copies(ids: list[int], subscription: str | None = None) -> tuple[int, int]:
 
 
 def _live_fan_out(probes: _Probes) -> list[list[Cell]]:
-    from course.labs.live import PROBE_SUBSCRIPTION
-    from messaging.services import subscription_start
 
     rows: list[list[Cell]] = []
     names = [PROBE_SUBSCRIPTION]
@@ -213,7 +213,6 @@ def _share(ids: list[int], subscription: str) -> str:
 
 
 def _unrelayed(ids: list[int]) -> int:
-    from messaging.models import OutboxMessage
 
     return int(OutboxMessage.objects.filter(pk__in=ids, relayed_at=None).count())
 
@@ -232,9 +231,6 @@ def _live_slow(
     ``lab_probe`` copy published so far was done, counted from the round's start
     (None: not within the round).
     """
-    import time
-
-    from course.labs import live as harness
 
     probe = harness.PROBE_SUBSCRIPTION
     round_s = budget * LIVE_UNIT_MS / 1000
@@ -268,11 +264,6 @@ def _live_slow(
 
 
 def _live_filter(probes: _Probes, books: list[int]) -> list[list[Cell]]:
-    from course.instruments.probes import LAB_PROBE
-    from course.labs import live_streams as helpers
-    from messaging.models import Delivery
-    from messaging.registry import SUBSCRIPTIONS, MessageType
-    from messaging.services import subscription_start, subscription_states
 
     subscription_start(LAB_LATE)
     with_states = subscription_states()
@@ -307,9 +298,6 @@ def _live_filter(probes: _Probes, books: list[int]) -> list[list[Cell]]:
 
 
 def _live_late(probes: _Probes) -> tuple[list[Cell], list[list[Cell]]]:
-    from course.labs.live import PROBE_SUBSCRIPTION
-    from course.models import ProbeEffect
-    from messaging.services import subscription_start
 
     before = probes.publish(LATE_BEFORE_JOINING)
     probes.settle(before, "the probes before lab_late starts")

@@ -4,12 +4,22 @@ with an in-memory and an outbox hand-off.
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import time
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from course.instruments.probes import probe_dir
+from course.instruments.processes import child_environment, start_manage
+from course.labs import live as harness
 from course.labs.base import Cell, LabError, Params, Progress, Tables, table
+from course.management.commands.labchild import SIDE_JOB_DELAY_S, loan_side_jobs
+from library.models import Book, Branch, Loan, Member
+from library.services import loan_return
+from messaging.models import Delivery, OutboxMessage
+from messaging.registry import MessageType
 
 if TYPE_CHECKING:
     from course.labs.live import LiveSystem
@@ -23,7 +33,6 @@ CHILD_TIMEOUT_S = 60.0
 
 def _live_loans() -> list[tuple[int, int]]:
     """Return (member, book) pairs: three members, three books of one branch."""
-    from library.models import Book, Branch, Member
 
     members = list(Member.objects.order_by("id").values_list("id", flat=True)[:3])
     for branch_id in Branch.objects.order_by("id").values_list("id", flat=True):
@@ -48,10 +57,6 @@ def _issue_and_die(
     system: LiveSystem, handoff: str, flag: str, pairs: list[tuple[int, int]]
 ) -> tuple[list[int], Path]:
     """Run the child that issues the loans and is killed right after answering."""
-    import signal
-
-    from course.instruments.probes import probe_dir
-    from jobs.processes import child_environment, start_manage
 
     folder = probe_dir(system.run)
     answers = folder / f"answers-{flag}"
@@ -90,14 +95,6 @@ def live(params: Params, progress: Progress) -> Tables:
     counts only what its own hand-off left. The loans are returned afterwards
     (``loan_return``), so the library keeps its shelf counts.
     """
-    import time
-
-    from course.labs import live as harness
-    from course.management.commands.labchild import SIDE_JOB_DELAY_S, loan_side_jobs
-    from library.models import Loan
-    from library.services import loan_return
-    from messaging.models import Delivery, OutboxMessage
-    from messaging.registry import MessageType
 
     pairs = _live_loans()
     # The system's side jobs of a loan are the subscriptions its message reaches

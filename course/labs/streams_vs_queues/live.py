@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from django.db.models import Max
+
+from course.labs import live as harness
+from course.labs import live_streams as helpers
 from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
+from course.labs.live_streams import body_bytes, retention_in_throwaway
 from course.labs.streams_vs_queues.model import (
     LIBRARY_EVENTS,
     REPORT,
@@ -14,6 +19,9 @@ from course.labs.streams_vs_queues.model import (
     RETENTION_OFFSETS,
     REWIND_TO,
 )
+from library.models import Book, StockProjection
+from messaging.models import Delivery, OutboxMessage, StreamConsumer
+from messaging.services.streams import earliest_offset, stream_rewind
 
 if TYPE_CHECKING:
     from course.labs.live import LiveSystem
@@ -53,9 +61,6 @@ def live(params: Params, progress: Progress) -> Tables:
        ``log_starts_at - 1 - consumer_offset``: the course's 4. The consumer is not
        moved past the hole; it stops in the ``trimmed`` state.
     """
-    from course.labs import live as harness
-    from course.labs import live_streams as helpers
-    from messaging.models import StreamConsumer
 
     keep = int_param(params, "keep")
     if keep < 1:
@@ -116,15 +121,12 @@ def live(params: Params, progress: Progress) -> Tables:
 
 
 def _stream_offset() -> int:
-    from messaging.models import StreamConsumer
 
     row = StreamConsumer.objects.filter(name=STREAM).values_list("offset", flat=True)
     return int(row.first() or 0)
 
 
 def _live_storage(ids: list[int]) -> list[list[Cell]]:
-    from course.labs.live_streams import body_bytes
-    from messaging.models import Delivery, OutboxMessage
 
     sizes = dict(OutboxMessage.objects.filter(pk__in=ids).values_list("id", "body"))
     copies = list(
@@ -139,7 +141,6 @@ def _live_storage(ids: list[int]) -> list[list[Cell]]:
 
 
 def _projection() -> dict[int, tuple[int, int]]:
-    from library.models import StockProjection
 
     rows = StockProjection.objects.values_list("book_id", "on_shelf", "book_version")
     return {book: (on_shelf, version) for book, on_shelf, version in rows}
@@ -151,7 +152,6 @@ def _projection_row(
     read: int | None,
     before: dict[int, tuple[int, int]],
 ) -> list[Cell]:
-    from library.models import Book
 
     now = _projection()
     shelves = dict(Book.objects.filter(pk__in=list(now)).values_list("id", "on_shelf"))
@@ -166,11 +166,6 @@ def _projection_row(
 
 def _replay_to(system: LiveSystem, offset: int, *, rebuild: bool) -> int:
     """Rewind the consumer, wait until it is back at the head; return what it read."""
-    from django.db.models import Max
-
-    from course.labs import live as harness
-    from messaging.models import OutboxMessage, StreamConsumer
-    from messaging.services.streams import stream_rewind
 
     def applied() -> int:
         row = StreamConsumer.objects.values_list("applied_total", flat=True)
@@ -189,7 +184,6 @@ def _replay_to(system: LiveSystem, offset: int, *, rebuild: bool) -> int:
 
 
 def _live_replay(system: LiveSystem, ids: list[int]) -> list[list[Cell]]:
-    from messaging.services.streams import earliest_offset
 
     before = _projection()
     rows = [_projection_row("live consumer, caught up", None, None, before)]
@@ -217,7 +211,6 @@ def _live_replay(system: LiveSystem, ids: list[int]) -> list[list[Cell]]:
 
 
 def _live_retention(keep: int) -> tuple[list[Cell], list[list[Cell]]]:
-    from course.labs.live_streams import retention_in_throwaway
 
     found = retention_in_throwaway(
         keep=keep, events=RETENTION_EVENTS, lagging_at=RETENTION_OFFSETS[REPORT]

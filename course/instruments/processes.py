@@ -18,7 +18,7 @@ from urllib.parse import quote, urlparse
 from django.conf import settings
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def current_database_url() -> str:
