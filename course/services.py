@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from course.labs.base import Lab, LabError, NoLivePart, Params, Progress
+from course.labs.harness.base import Lab, LabError, NoLivePart, Params, Progress
 from course.labs.registry import lab_get
 from course.models import LessonProgress
 from course.selectors import LAB_JOB_KIND, lab_job_get
@@ -175,7 +175,7 @@ def _progress_reporter(job_id: uuid.UUID, *, live: bool) -> Progress:
     gives the model the first share and the live steps (labelled with the live
     prefix) the rest, so the bar never moves back.
     """
-    from course.labs.live import LIVE_PREFIX
+    from course.labs.harness.live import LIVE_PREFIX
 
     in_live = False
 

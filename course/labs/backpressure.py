@@ -33,8 +33,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from course.labs import live as harness
-from course.labs.base import (
+from course.labs.harness import live as harness
+from course.labs.harness.base import (
     Cell,
     Chart,
     Lab,

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Chart,
     Lab,
@@ -68,7 +68,7 @@ def model(params: Params, progress: Progress) -> Tables:
 @contextmanager
 def layer_daphnes(count: int, layer: str) -> Iterator[list[int]]:
     """Start ``count`` daphnes with channel layer ``layer``; yield their ports."""
-    from course.labs.live_http import daphne_processes
+    from course.labs.harness.live_http import daphne_processes
 
     env = {
         "LOG_LEVEL": "WARNING",
@@ -82,7 +82,7 @@ def layer_daphnes(count: int, layer: str) -> Iterator[list[int]]:
 def _run_mode(layer: str, instances: int, branch: int) -> list[Cell]:
     import httpx
 
-    from course.labs.live_http import host_header
+    from course.labs.harness.live_http import host_header
     from realtime.accounting import counters_read
     from realtime.wsclient import RawWebSocket
 

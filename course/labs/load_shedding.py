@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Chart,
     Lab,
@@ -135,7 +135,7 @@ def shed_servers(envs: Sequence[dict[str, str]]) -> Iterator[list[ShedServer]]:
     They start together and are stopped with their process groups however the
     block ends.
     """
-    from course.labs.live_http import daphne_processes
+    from course.labs.harness.live_http import daphne_processes
 
     with daphne_processes(envs) as started:
         yield [ShedServer(port, process) for port, process in started]
@@ -175,7 +175,7 @@ def measure(
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.live import live_step
+    from course.labs.harness.live import live_step
 
     requests = int_param(params, "requests")
     concurrent = int_param(params, "max_concurrent")

@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Chart,
     Lab,
@@ -44,10 +44,10 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.jsnum import js_fixed_number, js_round
+from course.labs.harness.jsnum import js_fixed_number, js_round
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 CHUNK_SIZES = (100, 500, 3000, 10000)
 DAYS_CYCLE = 30
@@ -157,7 +157,7 @@ def live(params: Params, progress: Progress) -> Tables:
     """
     from django.db import connection
 
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
 
     records = int_param(params, "records")
     chunk = int_param(params, "chunk")
@@ -253,7 +253,7 @@ def _live_runs(
     records: int,
     progress: Progress,
 ) -> list[list[Cell]]:
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
     from jobs import report
     from jobs.models import JobStatus
 

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Final
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Chart,
     Lab,
@@ -97,8 +97,8 @@ def model(params: Params, progress: Progress) -> Tables:
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.live import live_step
-    from course.labs.live_http import client_for, daphnes
+    from course.labs.harness.live import live_step
+    from course.labs.harness.live_http import client_for, daphnes
     from jobs.models import JobStatus
     from jobs.services import jobstatus_create, jobstatus_progress
     from realtime.polling import counters_read

@@ -33,7 +33,7 @@ from course.labs import (
     websocket_server,
     worker_processes,
 )
-from course.labs.base import Lab, LabError
+from course.labs.harness.base import Lab, LabError
 from course.lessons import lesson_get
 
 _ALL: tuple[Lab, ...] = (

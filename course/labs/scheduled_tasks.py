@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Chart,
     Lab,
@@ -284,7 +284,7 @@ def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.live import live_step, new_run_id
+    from course.labs.harness.live import live_step, new_run_id
 
     run = new_run_id()
     rows: list[list[Cell]] = []

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Chart,
     Lab,
@@ -114,8 +114,8 @@ def _wait_closed(client: object) -> None:
 def live(params: Params, progress: Progress) -> Tables:
     import httpx
 
-    from course.labs.live import live_step
-    from course.labs.live_http import client_for, daphnes
+    from course.labs.harness.live import live_step
+    from course.labs.harness.live_http import client_for, daphnes
     from library.models import Book
     from library.services import stock_correct
     from realtime.polling import counters_read, log_head

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Chart,
     Lab,
@@ -101,7 +101,7 @@ def _measure(client: object, query: dict[str, str | int]) -> tuple[float, float,
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.live_http import client_for, daphnes
+    from course.labs.harness.live_http import client_for, daphnes
 
     lines = int_param(params, "lines")
     line_ms = int_param(params, "line_ms")

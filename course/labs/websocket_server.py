@@ -22,7 +22,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from course.labs.base import Cell, Lab, LabError, Params, Progress, Tables, table
+from course.labs.harness.base import (
+    Cell,
+    Lab,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    table,
+)
 from realtime.wsclient import (
     CLOSE,
     PING,
@@ -176,7 +184,7 @@ def model(params: Params, progress: Progress) -> Tables:
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.live_http import daphnes, host_header, request_headers
+    from course.labs.harness.live_http import daphnes, host_header, request_headers
     from library.models import Branch
 
     branch = Branch.objects.order_by("id").values_list("id", flat=True).first()

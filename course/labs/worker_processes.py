@@ -34,7 +34,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Chart,
     Lab,
@@ -139,7 +139,7 @@ def _wait_for(check: object, what: str) -> None:
 def _live_pool_row(
     workers: int, jobs: int, job_ms: int, progress: Progress
 ) -> list[Cell]:
-    from course.labs.live import live_system, new_run_id, redis_connection
+    from course.labs.harness.live import live_system, new_run_id, redis_connection
     from jobs.probes import io_job
 
     run = new_run_id()
@@ -167,7 +167,12 @@ def _live_supervision(progress: Progress) -> list[Cell]:
     from rq import Retry
     from rq.job import JobStatus
 
-    from course.labs.live import live_step, live_system, new_run_id, redis_connection
+    from course.labs.harness.live import (
+        live_step,
+        live_system,
+        new_run_id,
+        redis_connection,
+    )
     from jobs.probes import die_always, io_job
 
     run = new_run_id()
@@ -205,7 +210,7 @@ def _live_supervision(progress: Progress) -> list[Cell]:
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.live import live_step
+    from course.labs.harness.live import live_step
 
     jobs = int_param(params, "jobs")
     job_ms = int_param(params, "job_ms")

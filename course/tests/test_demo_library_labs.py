@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from course.labs import cache_metrics
-from course.labs import live as harness
-from course.labs.base import Tables
 from course.labs.cache_key_design.live import LIVE_OTHER, LIVE_OWNER, LIVE_QUERY
 from course.labs.cache_layers.live import _live_pages
 from course.labs.cache_layers.model import STREAM_MEMBERS
 from course.labs.cache_metrics.live import LiveCatalogue
+from course.labs.harness import live as harness
+from course.labs.harness.base import Tables
 from course.labs.http_caching.live import LIVE_BOOK_ID
 from course.labs.rationale.live import _live_loans
 from course.labs.registry import lab_get

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from course.labs import live as harness
-from course.labs.base import Tables
+from course.labs.harness import live as harness
+from course.labs.harness.base import Tables
 from course.labs.registry import lab_get
 from library.models import Book, Branch, Member
 

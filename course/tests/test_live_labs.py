@@ -18,8 +18,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from rq import SimpleWorker
 
-from course.labs import live as harness
-from course.labs.base import LabError, Tables
+from course.labs.harness import live as harness
+from course.labs.harness.base import LabError, Tables
 from course.labs.registry import LABS, lab_get
 from jobs.models import JobStatus
 from library.models import Book, Branch, Loan, Member

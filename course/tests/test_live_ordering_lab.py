@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from course.labs import live as harness
 from course.labs import ordering
-from course.labs.base import LabError, Tables
+from course.labs.harness import live as harness
+from course.labs.harness.base import LabError, Tables
 from course.labs.registry import lab_get
 from library.models import Book, BookLedger, Branch
 from messaging.models import DeadLetter

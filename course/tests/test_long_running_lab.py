@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs import live as harness
-from course.labs.base import LabError, ParamError
+from course.labs.harness import live as harness
+from course.labs.harness.base import LabError, ParamError
 from course.labs.registry import lab_get
 from course.tests.lab_results import assert_refused, columns, lab_json, records, run
 from jobs.models import JobStatus

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from course.labs.live import _children
+from course.labs.harness.live import _children
 from jobs import report
 from jobs.models import JobStatus
 from jobs.processes import child_environment, kill_group, start_manage

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from course.labs.base import Cell, Params, Progress, Tables, table
+from course.labs.harness.base import Cell, Params, Progress, Tables, table
 
 # --- live part: the real Redis store and the real catalogue behind daphne ----------
 
@@ -114,9 +114,9 @@ def live(params: Params, progress: Progress) -> Tables:
 
     The naive keys carry the run's id and are deleted at the end.
     """
-    from course.labs.base import LabError
+    from course.labs.harness.base import LabError
+    from course.labs.harness.live import live_step, new_run_id
     from course.labs.http_caching import live_server
-    from course.labs.live import live_step, new_run_id
     from library.cache import reads
     from library.cache.metrics import cache_redis
     from library.models import Branch

@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from course.labs.base import Cell, Params, Progress, Tables, int_param, table
 from course.labs.cache_layers.http_cache import HttpCache, _seconds
 from course.labs.cache_layers.model import (
     BOOKS,
@@ -18,7 +17,8 @@ from course.labs.cache_layers.model import (
     chain_stream,
     request_stream,
 )
-from course.labs.jsnum import js_fixed_number
+from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.harness.jsnum import js_fixed_number
 
 # --- live part: real HTTP through a client cache and an edge to a real daphne -------
 
@@ -56,7 +56,7 @@ class LivePages:
 
 
 def _live_pages(members_needed: int) -> LivePages:
-    from course.labs.base import LabError
+    from course.labs.harness.base import LabError
     from library.models import Book, Branch, Member
 
     def first(model: type[Book] | type[Branch] | type[Member], count: int) -> list[int]:
@@ -86,7 +86,7 @@ class ChainRun:
 
 
 def _get(client: Any, path: str, *, anonymous: bool) -> Any:
-    from course.labs.base import LabError
+    from course.labs.harness.base import LabError
 
     response = client.get(path)
     if response.status_code != 200:
@@ -116,7 +116,7 @@ def chain_live(
     same for everyone); a member's history carries the session of a signed-in staff
     account, since the page is private. The clock is the real one.
     """
-    from course.labs.live import live_step
+    from course.labs.harness.live import live_step
 
     run = ChainRun()
     clients: dict[int, HttpCache] = {}
@@ -201,9 +201,8 @@ def live(params: Params, progress: Progress) -> Tables:
     ``live_server`` (it serves many HTTP requests of several kinds, hence no count).
     Traffic of the installation on the same Redis during the run is counted too.
     """
-    from course.labs.http_caching import signed_in_staff
-    from course.labs.live import live_step, new_run_id
-    from course.labs.live_http import (
+    from course.labs.harness.live import live_step, new_run_id
+    from course.labs.harness.live_http import (
         client_for,
         counters,
         counters_delta,
@@ -211,6 +210,7 @@ def live(params: Params, progress: Progress) -> Tables:
         daphnes,
         server_cold,
     )
+    from course.labs.http_caching import signed_in_staff
 
     requests, seed = int_param(params, "requests"), int_param(params, "seed")
     chain = chain_stream(requests, int_param(params, "users"), seed)

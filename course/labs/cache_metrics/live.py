@@ -8,16 +8,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from course.labs.base import (
-    Cell,
-    LabError,
-    Params,
-    Progress,
-    Tables,
-    int_list_param,
-    int_param,
-    table,
-)
 from course.labs.cache_metrics.model import (
     BRANCH_COUNT,
     BREAKDOWN_MIX,
@@ -29,6 +19,16 @@ from course.labs.cache_metrics.model import (
     Value,
     ratio_pct,
     workload,
+)
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_list_param,
+    int_param,
+    table,
 )
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class LiveCatalogue:
 
     @classmethod
     def load(cls) -> LiveCatalogue:
-        from course.labs.base import LabError
+        from course.labs.harness.base import LabError
         from library.models import Book, Branch, Member
 
         found = cls(
@@ -222,7 +222,7 @@ def live(params: Params, progress: Progress) -> Tables:
     model's; the bytes are the real values' sizes. The run's counters are deleted
     at the end.
     """
-    from course.labs.live import live_step, new_run_id
+    from course.labs.harness.live import live_step, new_run_id
     from library.cache.metrics import metrics_reset
 
     count, seed = int_param(params, "requests"), int_param(params, "seed")

@@ -4,7 +4,13 @@ real store.
 
 from __future__ import annotations
 
-from course.labs.base import (
+from course.labs.cache_strategies.live_race import LiveRace, live_race
+from course.labs.cache_strategies.live_strategies import (
+    LIVE_STRATEGY_COLUMNS,
+    live_strategy_row,
+)
+from course.labs.cache_strategies.model import RACE_BOOK, STRATEGY_NAMES, workload
+from course.labs.harness.base import (
     Cell,
     Params,
     Progress,
@@ -13,12 +19,6 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.cache_strategies.live_race import LiveRace, live_race
-from course.labs.cache_strategies.live_strategies import (
-    LIVE_STRATEGY_COLUMNS,
-    live_strategy_row,
-)
-from course.labs.cache_strategies.model import RACE_BOOK, STRATEGY_NAMES, workload
 
 
 def live(params: Params, progress: Progress) -> Tables:
@@ -40,8 +40,8 @@ def live(params: Params, progress: Progress) -> Tables:
 
     The books' shelf counts are put back and the run's entries deleted at the end.
     """
-    from course.labs.live import live_step, new_run_id
-    from course.labs.live_store import require_books, run_keys, shelves_restored
+    from course.labs.harness.live import live_step, new_run_id
+    from course.labs.harness.live_store import require_books, run_keys, shelves_restored
 
     operations = workload(
         ops=int_param(params, "ops"),

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from course.labs.base import Cell, LabError
 from course.labs.cache_strategies.live_strategies import LIVE_LIFETIME_S
 from course.labs.cache_strategies.model import COPIES_ON_SHELF, RACE_BOOK, RACE_READS
+from course.labs.harness.base import Cell, LabError
 
 
 @dataclass
@@ -23,7 +23,7 @@ class LiveRace:
     outcome: list[list[Cell]] = field(default_factory=list)
 
     def note(self, form: str, action: str, key: str) -> None:
-        from course.labs.live_store import shelf_read
+        from course.labs.harness.live_store import shelf_read
         from library.cache.metrics import cache_redis
         from library.cache.store import decode
 
@@ -53,7 +53,7 @@ class LiveRace:
         4. RACE_READS reads through the form's read path, each checked against the
            database.
         """
-        from course.labs.live_store import Request, shelf_read, shelf_write
+        from course.labs.harness.live_store import Request, shelf_read, shelf_write
 
         a_has_value = threading.Event()
         b_done = threading.Event()
@@ -105,7 +105,7 @@ _AFTER_WRITE = {
 
 def live_race(run: str, race: LiveRace) -> None:
     """Play the race with the lesson's key, then with the application's book key."""
-    from course.labs.live_store import (
+    from course.labs.harness.live_store import (
         LAB_NAMESPACE,
         book_key,
         book_key_checked,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from course.labs.base import Cell, LabError
 from course.labs.cache_strategies.model import COPIES_ON_SHELF, Counters, Operation
+from course.labs.harness.base import Cell, LabError
 
 # --- live part ----------------------------------------------------------------------
 
@@ -32,13 +32,13 @@ class LiveOrigin:
         self.writes = 0
 
     def read(self, book: int) -> int:
-        from course.labs.live_store import shelf_read
+        from course.labs.harness.live_store import shelf_read
 
         self.reads += 1
         return shelf_read(book)
 
     def write(self, book: int, on_shelf: int) -> None:
-        from course.labs.live_store import shelf_write
+        from course.labs.harness.live_store import shelf_write
 
         self.writes += 1
         shelf_write(book, on_shelf)
@@ -61,7 +61,7 @@ class LiveStrategy:
     _writes: int = 0
 
     def key(self, book: int) -> str:
-        from course.labs.live_store import SHELF, run_tenant
+        from course.labs.harness.live_store import SHELF, run_tenant
 
         return SHELF.key(
             tenant=run_tenant(self.run), criteria={"id": book, "s": self.name}
@@ -69,14 +69,14 @@ class LiveStrategy:
 
     @property
     def dirty_key(self) -> str:
-        from course.labs.live_store import SHELF, run_tenant
+        from course.labs.harness.live_store import SHELF, run_tenant
 
         return SHELF.key(
             tenant=run_tenant(self.run), criteria={"dirty": 1, "s": self.name}
         )
 
     def read(self, book: int) -> int:
-        from course.labs.live_store import LAB_NAMESPACE
+        from course.labs.harness.live_store import LAB_NAMESPACE
         from library.cache.store import cache_aside
 
         produced = False
@@ -99,7 +99,7 @@ class LiveStrategy:
         return value
 
     def write(self, book: int, on_shelf: int) -> None:
-        from course.labs.live_store import LAB_NAMESPACE
+        from course.labs.harness.live_store import LAB_NAMESPACE
         from library.cache.metrics import cache_redis
         from library.cache.store import cache_delete, write_through
 
@@ -153,7 +153,7 @@ def live_strategy_row(
 
     The touched books start at the lesson's three copies, as each model run does.
     """
-    from course.labs.live_store import shelf_read, shelf_write
+    from course.labs.harness.live_store import shelf_read, shelf_write
 
     books = sorted({op.book for op in operations})
     for book in books:

@@ -4,7 +4,7 @@ redrive on real worker processes.
 
 from __future__ import annotations
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     LabError,
     Params,
@@ -28,7 +28,7 @@ def live(params: Params, progress: Progress) -> Tables:
     """
     import json
 
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
     from messaging.models import DeadLetter
     from messaging.probes import fixed_marker
     from messaging.registry import SUBSCRIPTIONS

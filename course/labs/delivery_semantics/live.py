@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from rq import Retry
 
-from course.labs.base import (
+from course.labs.delivery_semantics.model import Counts
+from course.labs.harness.base import (
     Cell,
     LabError,
     Params,
@@ -19,10 +20,9 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.delivery_semantics.model import Counts
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 # --- live part ---------------------------------------------------------------------
 
@@ -35,8 +35,8 @@ def _live_rq_mode(
     system: LiveSystem, mode: str, run: str, messages: int, crashes: set[int]
 ) -> Counts:
     """One rq job per message on the run's private queue; wait until all settle."""
-    from course.labs import live as harness
-    from course.labs.live_jobs import probe_at_least_once, probe_at_most_once
+    from course.labs.harness import live as harness
+    from course.labs.harness.live_jobs import probe_at_least_once, probe_at_most_once
     from messaging.probes import crash_token
 
     job_ids = []
@@ -82,7 +82,7 @@ def _live_spine(
     claims fresh deliveries in batches, and a worker dying on one message would
     otherwise take its batch-mates' attempts with it (they count as deliveries).
     """
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
 
     ids: dict[int, int] = {}
     for seq in range(1, messages + 1):
@@ -120,7 +120,7 @@ def live(params: Params, progress: Progress) -> Tables:
     work-horse SIGKILLs itself (before the effect at most once, after the committed
     effect at least once, inside the effect's transaction with the spine).
     """
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
 
     messages = int_param(params, "messages")
     if messages > LIVE_MAX_MESSAGES:

@@ -8,7 +8,7 @@ import asyncio
 import threading
 from dataclasses import dataclass
 
-from course.labs.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
 
 # --- live part: a burst of real HTTP requests on one cold key -----------------------
 
@@ -94,9 +94,9 @@ def live(params: Params, progress: Progress) -> Tables:
 
     from django.conf import settings
 
-    from course.labs.base import LabError
-    from course.labs.live import live_step
-    from course.labs.live_http import (
+    from course.labs.harness.base import LabError
+    from course.labs.harness.live import live_step
+    from course.labs.harness.live_http import (
         Counters,
         Daphne,
         client_for,

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Params,
     Progress,
@@ -21,7 +21,7 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.jsnum import js_fixed_number
+from course.labs.harness.jsnum import js_fixed_number
 
 HOT_KEY = "library:s1:g1:tbranch-1:stock"
 FRESH_ON_SHELF = 137

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from course.labs.base import Cell, Params, Progress, Tables, table
+from course.labs.harness.base import Cell, Params, Progress, Tables, table
 
 # --- live part: the real views behind a real daphne ------------------------------
 
@@ -25,7 +25,7 @@ def live_server(progress: Progress) -> Iterator[Any]:
 
     import httpx
 
-    from course.labs.live_http import daphnes, host_header
+    from course.labs.harness.live_http import daphnes, host_header
 
     # The Host header only, as this lab has always sent: request_headers' proxy
     # header would also bring the CSRF Referer check into its sign-in.
@@ -42,7 +42,7 @@ def live_server(progress: Progress) -> Iterator[Any]:
 
 
 def _expect(response: Any, status: int, what: str) -> Any:
-    from course.labs.base import LabError
+    from course.labs.harness.base import LabError
 
     if response.status_code != status:
         raise LabError(
@@ -54,7 +54,7 @@ def _expect(response: Any, status: int, what: str) -> Any:
 def _csrf_token(html: str) -> str:
     import re
 
-    from course.labs.base import LabError
+    from course.labs.harness.base import LabError
 
     found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
     if found is None:
@@ -115,8 +115,8 @@ def live(params: Params, progress: Progress) -> Tables:
        the last two signed in as a throwaway staff account.
     4. The shelf count is put back and the account deleted, however the run ends.
     """
-    from course.labs.base import LabError
-    from course.labs.live import live_step, new_run_id
+    from course.labs.harness.base import LabError
+    from course.labs.harness.live import live_step, new_run_id
     from library.models import Book, Member
     from library.services import stock_correct
 

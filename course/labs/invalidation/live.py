@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from course.labs.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.harness.base import Cell, LabError, Params, Progress, Tables, table
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
     from library.models import Book
 
 # --- live part ----------------------------------------------------------------------
@@ -69,7 +69,7 @@ def _change(book: int) -> tuple[int, float, int]:
     """
     import time
 
-    from course.labs.live_store import shelf_read, shelf_write
+    from course.labs.harness.live_store import shelf_read, shelf_write
     from messaging.models import OutboxMessage
     from messaging.registry import MessageType
 
@@ -102,7 +102,7 @@ def _invalidated(message: int) -> bool:
 
 def _live_time(run: str, book: int) -> list[Cell]:
     """A lab entry with a short lifetime and nothing else retiring it."""
-    from course.labs.live_store import LAB_NAMESPACE, shelf_key, shelf_read
+    from course.labs.harness.live_store import LAB_NAMESPACE, shelf_key, shelf_read
     from library.cache.store import cache_aside
 
     def read() -> tuple[int, bool]:
@@ -141,7 +141,7 @@ def _list_key(branch: int, page: int) -> str:
 
 def _live_event(book: int, branch: int, page: int, system: LiveSystem) -> list[Cell]:
     """The branch's catalogue page, retired by the outbox's cache_invalidation."""
-    from course.labs.live import wait_until
+    from course.labs.harness.live import wait_until
     from library.cache.metrics import cache_redis
     from library.cache.reads import branch_books_page
 
@@ -190,7 +190,7 @@ def _on_page(rows: Iterable[Book], book: int, page: int) -> int:
 
 def _live_version(book: int) -> list[Cell]:
     """The application's book detail, whose key carries the book's version."""
-    from course.labs.live_store import book_key, book_key_checked
+    from course.labs.harness.live_store import book_key, book_key_checked
     from library.cache.metrics import cache_redis
     from library.cache.reads import book_detail
 
@@ -228,7 +228,7 @@ def _wait_quiet(book: int, system: LiveSystem) -> None:
     A bump still on its way would retire the page just stored and pass for the
     lab's own event, and a drain in progress holds the database's write lock.
     """
-    from course.labs.live import wait_until
+    from course.labs.harness.live import wait_until
 
     wait_until(
         lambda: _quiet(book),
@@ -273,8 +273,8 @@ def live(params: Params, progress: Progress) -> Tables:
     ``delay_ms`` is commit to first fresh read (machine-dependent; 10 ms read
     spacing). The book (the catalogue's first) gets its shelf count back at the end.
     """
-    from course.labs.live import live_step, live_system, new_run_id
-    from course.labs.live_store import run_keys, shelves_restored
+    from course.labs.harness.live import live_step, live_system, new_run_id
+    from course.labs.harness.live_store import run_keys, shelves_restored
     from library.models import Book
 
     book = Book.objects.order_by("pk").values_list("pk", flat=True).first()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from course.labs.base import Cell, Params, Progress, Tables, table
+from course.labs.harness.base import Cell, Params, Progress, Tables, table
 from messaging.registry import SUBSCRIPTIONS
 
 # --- live part ---------------------------------------------------------------------
@@ -25,7 +25,7 @@ def _owner_gone(owner: str) -> bool:
     """Return whether the lease owner's process has exited (True if not local)."""
     import socket
 
-    from course.labs.live import process_gone
+    from course.labs.harness.live import process_gone
 
     host, _, rest = owner.partition(":")
     pid = rest.partition(":")[0]
@@ -43,7 +43,7 @@ def live(params: Params, progress: Progress) -> Tables:
     """
     import time
 
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
     from messaging.models import Delivery as DeliveryRow
 
     def delivery(message_id: int) -> DeliveryRow:

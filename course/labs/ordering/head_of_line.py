@@ -13,11 +13,11 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from course.labs.base import Cell
+from course.labs.harness.base import Cell
 from course.labs.ordering.books import _LabBooks
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 GOOD_CHANGES = 6  # behind the head, and as many on the other partitions
 LEDGER = "book_ledger"
@@ -47,7 +47,7 @@ def live_head_of_line(
 ) -> list[Cell]:
     """Return [blocked_events, average_wait_ms, alone_average_wait_ms, head_attempts,
     head_outcome]."""
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
     from library.models import BookLedger
     from library.services import stock_correct
     from messaging.models import DeadLetter, Delivery, OutboxMessage

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     LabError,
     Params,
@@ -47,7 +47,7 @@ from course.labs.ordering.model import (
 from messaging.registry import SUBSCRIPTIONS
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 log = logging.getLogger("course.live")
 
@@ -82,7 +82,7 @@ def competing_apply(key: str, order: int, delay_ms: int) -> None:
 
 def applied_key(run: str, workers: int) -> str:
     """Return the Redis list of one competing run (named for the harness's cleanup)."""
-    from course.labs.live import PRIVATE_QUEUE_PREFIX
+    from course.labs.harness.live import PRIVATE_QUEUE_PREFIX
 
     return f"{PRIVATE_QUEUE_PREFIX}{run}:applied:{workers}"
 
@@ -111,7 +111,7 @@ def _live_competing(
     """
     from rq.job import Job, JobStatus
 
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
 
     key = applied_key(system.run, workers)
     started = timezone.now()
@@ -165,7 +165,7 @@ def _live_partitioned(
     """
     from django.db.models import Max
 
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
     from library.models import BookLedger
     from library.services import stock_correct
     from messaging.models import Delivery, OutboxMessage
@@ -260,7 +260,7 @@ def live(params: Params, progress: Progress) -> Tables:
     4. However it ends: stop the workers, delete the run's books (see
        ``_books_delete``).
     """
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
 
     count = int_param(params, "events")
     books = int_param(params, "books")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from course.labs.base import Cell, Params, Progress, Tables, table
+from course.labs.harness.base import Cell, Params, Progress, Tables, table
 from course.labs.poison_messages.model import LETHAL, POISON_QUEUE
 
 # --- live part ---------------------------------------------------------------------
@@ -18,7 +18,7 @@ def live(params: Params, progress: Progress) -> Tables:
     claims 1 and 2 (each one a death) and claim 3 sends it to the dead letters
     without running it, as in the course.
     """
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
     from messaging.models import DeadLetter
     from messaging.models import Delivery as DeliveryRow
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
 from course.labs.publish_subscribe.model import (
     FAN_OUT_EVENTS,
     LATE_AFTER_JOINING,
@@ -14,7 +22,7 @@ from course.labs.publish_subscribe.model import (
 )
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 # --- live part ---------------------------------------------------------------------
 
@@ -82,8 +90,8 @@ def live(params: Params, progress: Progress) -> Tables:
     4. ``live_late_subscriber`` — three probes, then ``lab_late`` starts, then two:
        ``lab_late``'s effects (``ProbeEffect`` rows of mode ``lab_late``) number two.
     """
-    from course.labs import live as harness
-    from course.labs import live_streams as helpers
+    from course.labs.harness import live as harness
+    from course.labs.harness import live_streams as helpers
     from messaging.services import subscription_start
 
     rounds = int_param(params, "rounds")
@@ -160,15 +168,15 @@ class _Probes:
         self.next_seq = 1
 
     def publish(self, count: int, **extra: int) -> list[int]:
-        from course.labs import live_streams as helpers
+        from course.labs.harness import live_streams as helpers
 
         seqs = range(self.next_seq, self.next_seq + count)
         self.next_seq += count
         return helpers.publish_probe_bodies(self.run, seqs, **extra)
 
     def settle(self, ids: list[int], what: str, timeout: float = 30.0) -> float:
-        from course.labs import live as harness
-        from course.labs import live_streams as helpers
+        from course.labs.harness import live as harness
+        from course.labs.harness import live_streams as helpers
 
         return harness.wait_until(
             lambda: helpers.copies_settled(ids),
@@ -190,7 +198,7 @@ def _copies(ids: list[int], subscription: str | None = None) -> tuple[int, int]:
 
 
 def _live_fan_out(probes: _Probes) -> list[list[Cell]]:
-    from course.labs.live import PROBE_SUBSCRIPTION
+    from course.labs.harness.live import PROBE_SUBSCRIPTION
     from messaging.services import subscription_start
 
     rows: list[list[Cell]] = []
@@ -234,7 +242,7 @@ def _live_slow(
     """
     import time
 
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
 
     probe = harness.PROBE_SUBSCRIPTION
     round_s = budget * LIVE_UNIT_MS / 1000
@@ -268,7 +276,7 @@ def _live_slow(
 
 
 def _live_filter(probes: _Probes, books: list[int]) -> list[list[Cell]]:
-    from course.labs import live_streams as helpers
+    from course.labs.harness import live_streams as helpers
     from messaging.models import Delivery
     from messaging.registry import SUBSCRIPTIONS, MessageType
     from messaging.services import subscription_start, subscription_states
@@ -306,7 +314,7 @@ def _live_filter(probes: _Probes, books: list[int]) -> list[list[Cell]]:
 
 
 def _live_late(probes: _Probes) -> tuple[list[Cell], list[list[Cell]]]:
-    from course.labs.live import PROBE_SUBSCRIPTION
+    from course.labs.harness.live import PROBE_SUBSCRIPTION
     from messaging.models import ProbeEffect
     from messaging.services import subscription_start
 

@@ -9,10 +9,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from course.labs.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.harness.base import Cell, LabError, Params, Progress, Tables, table
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 # --- live part ---------------------------------------------------------------------
 
@@ -92,7 +92,7 @@ def live(params: Params, progress: Progress) -> Tables:
     """
     import time
 
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
     from course.management.commands.labchild import SIDE_JOB_DELAY_S, loan_side_jobs
     from library.models import Loan
     from library.services import loan_return

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
 from course.labs.streams_vs_queues.model import (
     LIBRARY_EVENTS,
     REPORT,
@@ -16,7 +24,7 @@ from course.labs.streams_vs_queues.model import (
 )
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 # --- live part ---------------------------------------------------------------------
 
@@ -53,8 +61,8 @@ def live(params: Params, progress: Progress) -> Tables:
        ``log_starts_at - 1 - consumer_offset``: the course's 4. The consumer is not
        moved past the hole; it stops in the ``trimmed`` state.
     """
-    from course.labs import live as harness
-    from course.labs import live_streams as helpers
+    from course.labs.harness import live as harness
+    from course.labs.harness import live_streams as helpers
     from messaging.models import StreamConsumer
 
     keep = int_param(params, "keep")
@@ -123,7 +131,7 @@ def _stream_offset() -> int:
 
 
 def _live_storage(ids: list[int]) -> list[list[Cell]]:
-    from course.labs.live_streams import body_bytes
+    from course.labs.harness.live_streams import body_bytes
     from messaging.models import Delivery, OutboxMessage
 
     sizes = dict(OutboxMessage.objects.filter(pk__in=ids).values_list("id", "body"))
@@ -168,7 +176,7 @@ def _replay_to(system: LiveSystem, offset: int, *, rebuild: bool) -> int:
     """Rewind the consumer, wait until it is back at the head; return what it read."""
     from django.db.models import Max
 
-    from course.labs import live as harness
+    from course.labs.harness import live as harness
     from messaging.models import OutboxMessage, StreamConsumer
     from messaging.streams import stream_rewind
 
@@ -217,7 +225,7 @@ def _live_replay(system: LiveSystem, ids: list[int]) -> list[list[Cell]]:
 
 
 def _live_retention(keep: int) -> tuple[list[Cell], list[list[Cell]]]:
-    from course.labs.live_streams import retention_in_throwaway
+    from course.labs.harness.live_streams import retention_in_throwaway
 
     found = retention_in_throwaway(
         keep=keep, events=RETENTION_EVENTS, lagging_at=RETENTION_OFFSETS[REPORT]

@@ -33,8 +33,8 @@ from typing import Final
 import httpx
 from django.db import connection
 
-from course.labs.base import LabError, Progress
-from course.labs.live import live_step
+from course.labs.harness.base import LabError, Progress
+from course.labs.harness.live import live_step
 from jobs.processes import ROOT, child_environment, kill_group
 from library.cache.metrics import FLUSH_INTERVAL_S, metrics_read
 

@@ -39,8 +39,8 @@ from redis import Redis
 from rq import Queue, Retry, Worker
 from rq.job import Job, JobStatus
 
-from course.labs.base import LabError, Progress
-from course.labs.live_jobs import COUNTER_PREFIX
+from course.labs.harness.base import LabError, Progress
+from course.labs.harness.live_jobs import COUNTER_PREFIX
 from jobs.processes import child_environment, start_manage
 from messaging.models import Delivery, ProbeEffect
 from messaging.probes import crash_token

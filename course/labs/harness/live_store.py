@@ -21,7 +21,7 @@ from typing import Final
 
 from django.db import connection, connections
 
-from course.labs.base import LabError
+from course.labs.harness.base import LabError
 from library.cache.keys import KeySpec
 from library.cache.metrics import cache_redis
 from library.cache.singleflight import lock_key
@@ -187,6 +187,6 @@ def book_key_checked(book_id: int) -> str:
     if not stored:
         raise LabError(
             "live: library.cache.reads.book_detail no longer stores under the key "
-            "this lab builds (course/labs/live_store.py: book_key)"
+            "this lab builds (course/labs/harness/live_store.py: book_key)"
         )
     return key

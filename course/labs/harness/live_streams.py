@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db import transaction
 
-from course.labs.base import LabError
+from course.labs.harness.base import LabError
 from messaging.models import Delivery, OutboxMessage
 from messaging.registry import MessageType
 from messaging.services import outbox_publish
@@ -131,7 +131,7 @@ def retention_in_throwaway(*, keep: int, events: int, lagging_at: int) -> Any:
             LOG_LEVEL="ERROR",
         )
         code = (
-            "from course.labs.live_streams import retention_child; "
+            "from course.labs.harness.live_streams import retention_child; "
             f"retention_child({str(out)!r}, events={events}, lagging_at={lagging_at})"
         )
         try:
