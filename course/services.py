@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 
 import django_rq
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from course.labs.harness.base import Lab, LabError, NoLivePart, Params, Progress
+from course.labs.harness.live import LIVE_PREFIX
 from course.labs.registry import lab_get
 from course.models import LessonProgress
 from course.selectors import LAB_JOB_KIND, lab_job_get
@@ -39,6 +40,9 @@ class LabQueueFull(LabError):
 
 
 LAB_QUEUE = "labs"
+# The rq entry point, named by its dotted path: course.tasks imports this module, and
+# queued jobs and running workers name the task by this string.
+RUN_LAB_TASK = "course.tasks.run_lab"
 # Retry-After of a lab run refused because the bounded labs queue is full.
 LAB_QUEUE_RETRY_AFTER_S = 5
 # Progress below this share is the bookkeeping before the model starts.
@@ -70,7 +74,6 @@ def lab_run_enqueue(
     With ``live`` the run also measures the live system (it starts worker processes
     and writes rows); who may ask for that is the caller's decision.
     """
-    from course.tasks import run_lab  # tasks import services; import here, not above
 
     if live and lab.live is None:
         raise NoLivePart(f"{lab.slug} has no live part yet")
@@ -83,7 +86,7 @@ def lab_run_enqueue(
     admissions: list[Admission] = []
 
     def send() -> None:
-        admissions.append(_lab_run_admit(job, run_lab))
+        admissions.append(_lab_run_admit(job))
 
     with transaction.atomic():
         job = jobstatus_create(
@@ -98,13 +101,12 @@ def lab_run_enqueue(
     return job
 
 
-def _lab_run_admit(job: JobStatus, run_lab: Callable[[str], None]) -> Admission:
+def _lab_run_admit(job: JobStatus) -> Admission:
     """Offer the run to the bounded ``labs`` queue; a refused run is marked failed.
 
     Runs after the commit (the row is visible to the worker), so the place taken
     is never one of a rolled-back run.
     """
-    from django.conf import settings
 
     bounded = BoundedQueue(
         django_rq.get_queue(LAB_QUEUE, commit_mode="auto"),
@@ -114,7 +116,7 @@ def _lab_run_admit(job: JobStatus, run_lab: Callable[[str], None]) -> Admission:
     # A run whose work-horse dies is tried again (jobs.supervision); the row is
     # claimed queued -> running, so a retry after a finished run does nothing.
     admission = bounded.enqueue(
-        run_lab,
+        RUN_LAB_TASK,
         str(job.id),
         job_id=f"lab-{job.id}",
         description=f"lab {job.name}",
@@ -175,7 +177,6 @@ def _progress_reporter(job_id: uuid.UUID, *, live: bool) -> Progress:
     gives the model the first share and the live steps (labelled with the live
     prefix) the rest, so the bar never moves back.
     """
-    from course.labs.harness.live import LIVE_PREFIX
 
     in_live = False
 

@@ -41,6 +41,10 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
+from course.labs.harness.live_http import daphne_processes, host_header
+from library.models import Branch
+from realtime.accounting import counters_read
+from realtime.wsclient import RawWebSocket
 
 COLUMNS: Final = ["mode", "subscriber_saw", "broadcasts", "copies"]
 MODES: Final = ("memory", "redis")
@@ -68,7 +72,6 @@ def model(params: Params, progress: Progress) -> Tables:
 @contextmanager
 def layer_daphnes(count: int, layer: str) -> Iterator[list[int]]:
     """Start ``count`` daphnes with channel layer ``layer``; yield their ports."""
-    from course.labs.harness.live_http import daphne_processes
 
     env = {
         "LOG_LEVEL": "WARNING",
@@ -81,10 +84,6 @@ def layer_daphnes(count: int, layer: str) -> Iterator[list[int]]:
 
 def _run_mode(layer: str, instances: int, branch: int) -> list[Cell]:
     import httpx
-
-    from course.labs.harness.live_http import host_header
-    from realtime.accounting import counters_read
-    from realtime.wsclient import RawWebSocket
 
     group = f"branch-{branch}"
     path = f"/ws/branches/{branch}/stock/"
@@ -135,7 +134,6 @@ def _deliveries_settled(group: str, expected: int) -> dict[str, int]:
     client holds may not be counted yet; a count that never arrives is reported as
     it stands after WAIT_S.
     """
-    from realtime.accounting import counters_read
 
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -147,8 +145,6 @@ def _deliveries_settled(group: str, expected: int) -> dict[str, int]:
 
 def live(params: Params, progress: Progress) -> Tables:
     from django.db import connection
-
-    from library.models import Branch
 
     if connection.in_atomic_block:
         raise LabError("live: run the live part outside a database transaction")

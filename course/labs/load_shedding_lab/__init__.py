@@ -40,6 +40,8 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
+from course.labs.harness.live import live_step
+from course.labs.harness.live_http import daphne_processes
 
 MODES: Final = ("unbounded", "controlled")
 COLUMNS: Final = ["mode", "status", "latency_slices", "count"]
@@ -135,7 +137,6 @@ def shed_servers(envs: Sequence[dict[str, str]]) -> Iterator[list[ShedServer]]:
     They start together and are stopped with their process groups however the
     block ends.
     """
-    from course.labs.harness.live_http import daphne_processes
 
     with daphne_processes(envs) as started:
         yield [ShedServer(port, process) for port, process in started]
@@ -175,7 +176,6 @@ def measure(
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.harness.live import live_step
 
     requests = int_param(params, "requests")
     concurrent = int_param(params, "max_concurrent")

@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from course.labs.harness import live as harness
 from course.labs.harness.base import (
     Cell,
     Chart,
@@ -45,6 +46,9 @@ from course.labs.harness.base import (
     table,
 )
 from course.labs.harness.jsnum import js_fixed_number, js_round
+from jobs import report
+from jobs.models import JobStatus
+from library.models import Book, Branch, Loan, Member
 
 if TYPE_CHECKING:
     from course.labs.harness.live import LiveSystem
@@ -157,8 +161,6 @@ def live(params: Params, progress: Progress) -> Tables:
     """
     from django.db import connection
 
-    from course.labs.harness import live as harness
-
     records = int_param(params, "records")
     chunk = int_param(params, "chunk")
     cancel_at = int_param(params, "cancel_at_pct")
@@ -200,8 +202,6 @@ class _LiveScope:
 
         from django.db import transaction
 
-        from library.models import Book, Branch, Loan, Member
-
         pickup = datetime.date(2000, 1, 3)
         with transaction.atomic():
             branch = Branch.objects.create(
@@ -230,9 +230,6 @@ class _LiveScope:
     def delete(self) -> None:
         from django.db import transaction
 
-        from jobs.models import JobStatus
-        from library.models import Book, Branch, Loan, Member
-
         if self.branch_id is None:
             return
         with transaction.atomic():
@@ -253,9 +250,6 @@ def _live_runs(
     records: int,
     progress: Progress,
 ) -> list[list[Cell]]:
-    from course.labs.harness import live as harness
-    from jobs import report
-    from jobs.models import JobStatus
 
     def row_of(job_id: uuid.UUID) -> JobStatus:
         return JobStatus.objects.get(pk=job_id)

@@ -35,6 +35,11 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
+from course.labs.harness.live import live_step
+from course.labs.harness.live_http import client_for, daphnes
+from jobs.models import JobStatus
+from jobs.services import jobstatus_create, jobstatus_progress
+from realtime.polling import counters_read
 
 ADVANCE_AFTER_MS: Final = 300  # the script's sleep 0.3 before /advance
 SHORT_POLLS_BEFORE: Final = 5
@@ -97,11 +102,6 @@ def model(params: Params, progress: Progress) -> Tables:
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.harness.live import live_step
-    from course.labs.harness.live_http import client_for, daphnes
-    from jobs.models import JobStatus
-    from jobs.services import jobstatus_create, jobstatus_progress
-    from realtime.polling import counters_read
 
     hold_ms = int_param(params, "hold_ms")
     job = jobstatus_create(kind="lab", name="polling-approaches-live", params={})

@@ -42,7 +42,11 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
+from course.labs.harness.live import live_step, new_run_id
+from jobs.management.commands.scheduledrun import probe_keys
+from jobs.processes import running, start_manage
 from jobs.schedule import Daily, Every, MonthEnd, Monthly, Recurrence, next_runs
+from jobs.scheduling import schedule_redis
 
 # The lesson's definitions; every monthly run is at 02:30 UTC.
 DEFINITIONS: tuple[tuple[str, Recurrence], ...] = (
@@ -235,9 +239,6 @@ def model(params: Params, progress: Progress) -> Tables:
 
 
 def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
-    from jobs.management.commands.scheduledrun import probe_keys
-    from jobs.processes import running, start_manage
-    from jobs.scheduling import schedule_redis
 
     redis = schedule_redis()
     keys = probe_keys(run)
@@ -284,7 +285,6 @@ def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.harness.live import live_step, new_run_id
 
     run = new_run_id()
     rows: list[list[Cell]] = []

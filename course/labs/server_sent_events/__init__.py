@@ -37,6 +37,11 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
+from course.labs.harness.live import live_step
+from course.labs.harness.live_http import client_for, daphnes
+from library.models import Book
+from library.services import stock_correct
+from realtime.polling import counters_read, log_head
 
 EVENT_IDS: Final = (1, 2, 3, 4, 5, 6)
 
@@ -113,12 +118,6 @@ def _wait_closed(client: object) -> None:
 
 def live(params: Params, progress: Progress) -> Tables:
     import httpx
-
-    from course.labs.harness.live import live_step
-    from course.labs.harness.live_http import client_for, daphnes
-    from library.models import Book
-    from library.services import stock_correct
-    from realtime.polling import counters_read, log_head
 
     cut = int_param(params, "cut")
     first_count = cut if 0 < cut < len(EVENT_IDS) else len(EVENT_IDS)

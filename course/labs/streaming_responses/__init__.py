@@ -34,6 +34,7 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
+from course.labs.harness.live_http import client_for, daphnes
 
 TIMING_COLUMNS: Final = ["form", "first_byte_slices", "total_slices"]
 FRAMING_COLUMNS: Final = ["form", "header"]
@@ -101,7 +102,6 @@ def _measure(client: object, query: dict[str, str | int]) -> tuple[float, float,
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.harness.live_http import client_for, daphnes
 
     lines = int_param(params, "lines")
     line_ms = int_param(params, "line_ms")

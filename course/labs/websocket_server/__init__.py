@@ -31,6 +31,8 @@ from course.labs.harness.base import (
     Tables,
     table,
 )
+from course.labs.harness.live_http import daphnes, host_header, request_headers
+from library.models import Branch
 from realtime.wsclient import (
     CLOSE,
     PING,
@@ -184,8 +186,6 @@ def model(params: Params, progress: Progress) -> Tables:
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.harness.live_http import daphnes, host_header, request_headers
-    from library.models import Branch
 
     branch = Branch.objects.order_by("id").values_list("id", flat=True).first()
     if branch is None:

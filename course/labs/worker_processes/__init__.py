@@ -47,6 +47,13 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
+from course.labs.harness.live import (
+    live_step,
+    live_system,
+    new_run_id,
+    redis_connection,
+)
+from jobs.probes import die_always, io_job
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -139,8 +146,6 @@ def _wait_for(check: object, what: str) -> None:
 def _live_pool_row(
     workers: int, jobs: int, job_ms: int, progress: Progress
 ) -> list[Cell]:
-    from course.labs.harness.live import live_system, new_run_id, redis_connection
-    from jobs.probes import io_job
 
     run = new_run_id()
     redis = redis_connection()
@@ -166,14 +171,6 @@ def _live_pool_row(
 def _live_supervision(progress: Progress) -> list[Cell]:
     from rq import Retry
     from rq.job import JobStatus
-
-    from course.labs.harness.live import (
-        live_step,
-        live_system,
-        new_run_id,
-        redis_connection,
-    )
-    from jobs.probes import die_always, io_job
 
     run = new_run_id()
     redis = redis_connection()
@@ -210,7 +207,6 @@ def _live_supervision(progress: Progress) -> list[Cell]:
 
 
 def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.harness.live import live_step
 
     jobs = int_param(params, "jobs")
     job_ms = int_param(params, "job_ms")
