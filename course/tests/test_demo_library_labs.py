@@ -84,7 +84,7 @@ def test_cache_key_design_live_leaks_only_with_the_glued_key_on_real_titles(
     [[served, foreign, titles]] = rows(tables, "live_leak")
     assert served == foreign > 0
     assert "Book" in titles
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 @pytest.mark.processes
@@ -98,7 +98,7 @@ def test_cache_layers_live_reaches_the_models_counts_on_the_demo_library(
 
     assert rows(tables, "live_repetition") == rows(tables, "repetition")
     assert rows(tables, "live_chain") == rows(tables, "chain")
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 @pytest.mark.django_db(transaction=True)

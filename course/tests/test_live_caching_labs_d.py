@@ -99,7 +99,7 @@ def test_cache_strategies_live_refuses_a_catalogue_without_its_books(redis_clien
     with pytest.raises(LabError, match="no book #7"):
         live_tables(cache_strategies.LAB)
     assert shelves() == dict.fromkeys(range(1, 7), 5)
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def test_invalidation_live_lifetime_waits_event_follows_the_worker_version_never_stale(
@@ -143,7 +143,7 @@ def test_invalidation_live_lifetime_waits_event_follows_the_worker_version_never
     assert invalidations.filter(status=Delivery.Status.DONE).count() >= 2
     assert shelves() == before
     assert lab_keys(redis_client) == []
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def test_cache_metrics_live_counts_equal_the_model_and_history_costs_book_hits(

@@ -41,7 +41,7 @@ def rows(tables: Tables, name: str) -> list[list[Any]]:
 
 def assert_no_children_left() -> None:
     # The harness stops (and reaps) every worker and work-horse it started.
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def test_delivery_semantics_live_reaches_the_course_counts(redis_client):

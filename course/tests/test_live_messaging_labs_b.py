@@ -47,7 +47,7 @@ def make_books(shelves: tuple[int, ...] = (2, 3, 1)) -> list[int]:
 
 
 def assert_no_children_left() -> None:
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def names(message_type: MessageType) -> str:

@@ -177,4 +177,4 @@ def test_live_cancel_at_40_and_resume_reach_the_uninterrupted_total(redis_client
     assert not Branch.objects.filter(name__startswith="Lab run ").exists()
     assert not Loan.objects.exists()
     assert not JobStatus.objects.exists()
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []

@@ -134,7 +134,7 @@ def _worker_args(
     return ("labchild", "worker", *queues, "--name", name, *idle, *extra)
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
     """Return the pids whose parent is ``pid`` (rq's work-horses run in own groups)."""
     found = []
     for entry in Path("/proc").iterdir():
@@ -173,7 +173,7 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
     for process in processes:
         if process.poll() is None:
             # A work-horse calls setpgrp(): the group kill does not reach it.
-            for horse in _children(process.pid):
+            for horse in child_pids(process.pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(horse, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
