@@ -1,0 +1,134 @@
+"""The lab's live part: the same question asked of the real application."""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
+from course.labs.harness.live import live_step
+from course.labs.harness.live_http import client_for, daphnes
+from course.labs.server_sent_events.model import EVENT_IDS
+from library.models import Book
+from library.services import stock_correct
+from realtime.polling import counters_read, log_head
+
+READ_TIMEOUT_S: Final = 15.0
+
+
+def _events(lines: object, count: int) -> list[dict[str, str]]:
+    """Read ``count`` events (blocks with data) from an iterator of lines."""
+    found: list[dict[str, str]] = []
+    fields: dict[str, str] = {}
+    for line in lines:  # type: ignore[attr-defined]
+        if line == "":
+            if "data" in fields:
+                found.append(fields)
+                if len(found) == count:
+                    return found
+            fields = {}
+        elif not line.startswith(":") and ": " in line:
+            name, value = line.split(": ", 1)
+            fields[name] = value
+    raise LabError(f"live: the stream ended after {len(found)} of {count} events")
+
+
+def _wait_closed(client: object) -> None:
+    import time
+
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while time.monotonic() < deadline:
+        answer = client.get("/realtime/metrics")  # type: ignore[attr-defined]
+        if answer.json()["process"]["open_streams"] == 0:
+            return
+        time.sleep(0.05)
+    raise LabError("live: the server still writes to the cut connection")
+
+
+def live(params: Params, progress: Progress) -> Tables:
+    import httpx
+
+    cut = int_param(params, "cut")
+    first_count = cut if 0 < cut < len(EVENT_IDS) else len(EVENT_IDS)
+    book = Book.objects.order_by("branch_id", "id").first()
+    if book is None:
+        raise LabError("live: the library has no books; run manage.py seed_library")
+    branch = book.branch_id
+
+    def recount() -> None:
+        current = Book.objects.get(pk=book.pk).on_shelf
+        stock_correct(book_id=book.pk, on_shelf=current)
+
+    url = f"/realtime/branches/{branch}/events"
+    start = log_head()
+    timeout = httpx.Timeout(30.0, read=READ_TIMEOUT_S)
+    # Lab routes on: /realtime/metrics (read by _wait_closed) is otherwise staff only.
+    lab_routes = {"LIBRARY_LAB_ROUTES": "on"}
+    with (
+        daphnes(progress, ["on"], env=lab_routes) as servers,
+        client_for(servers[0]) as client,
+    ):
+        before = counters_read()
+        live_step(progress, 0.3, f"first connection: {first_count} events, then cut")
+        headers = {"Last-Event-ID": str(start)}
+        with client.stream("GET", url, headers=headers, timeout=timeout) as response:
+            if response.status_code != 200:
+                raise LabError(f"live: the stream answered {response.status_code}")
+            lines = response.iter_lines()
+            first: list[dict[str, str]] = []
+            for _ in range(first_count):
+                recount()
+                first += _events(lines, 1)
+        # Written only once the server has seen the cut, so none goes to the old one.
+        _wait_closed(client)
+        live_step(progress, 0.6, "events written while nobody listens")
+        for _ in range(len(EVENT_IDS) - first_count):
+            recount()
+        last = first[-1]["id"] if first else str(start)
+        live_step(progress, 0.7, f"second connection: Last-Event-ID {last}")
+        second: list[dict[str, str]] = []
+        rest = len(EVENT_IDS) - first_count
+        with client.stream(
+            "GET", url, headers={"Last-Event-ID": last}, timeout=timeout
+        ) as response:
+            if rest:
+                second = _events(response.iter_lines(), rest)
+        after = counters_read()
+    connections = [first, second]
+    rows: list[list[Cell]] = []
+    received = 0  # the run's events the client holds: the course's ids
+    for index, events in enumerate(connections, start=1):
+        kinds = {e.get("event") for e in events}
+        if events and kinds != {"stock_corrected"}:
+            raise LabError(f"live: unexpected events {sorted(map(str, kinds))}")
+        received += len(events)
+        held = int(events[-1]["id"]) if events else int(last)
+        rows.append([index, len(events), held, received])
+    for events in connections:
+        for event in events:
+            if json.loads(event["data"]).get("branch_id") != branch:
+                raise LabError("live: an event of another branch came on the stream")
+    return {
+        "live_stream": table(
+            ["connection", "events", "last_event_id", "events_held"], rows
+        ),
+        "live_totals": table(
+            ["connections", "events", "server_connections", "server_events"],
+            [
+                [
+                    len(connections),
+                    sum(len(e) for e in connections),
+                    after["sse_connections"] - before["sse_connections"],
+                    after["sse_events"] - before["sse_events"],
+                ]
+            ],
+        ),
+    }
