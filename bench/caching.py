@@ -1,6 +1,7 @@
 """The read-cache benchmark: daphne with the cache beside daphne without it.
 
-Real ``daphne`` processes serve the course's data set (``course.labs.dataset``: the
+Real ``daphne`` processes serve the course's data set
+(``course.labs.harness.dataset``: the
 Cache Layers library of 300 books, 200 members and 4000 loans) on the benchmark
 database, so the figures stay comparable whatever the demo library holds; this
 process talks to them over HTTP with httpx, as an anonymous visitor behind a TLS
@@ -134,7 +135,7 @@ def fresh_course_database(children: Children, options: argparse.Namespace) -> No
     course's data set into it."""
     from django.db import connections
 
-    from course.labs.dataset import dataset_load
+    from course.labs.harness.dataset import dataset_load
 
     connections.close_all()
     choose_database(postgres=options.postgres).recreate()

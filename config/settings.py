@@ -162,8 +162,8 @@ if METRICS_TOKEN and len(METRICS_TOKEN) < 32:
 # The messaging lease (visibility timeout): how long a claimed delivery stays hidden
 # from other workers before it is considered abandoned.
 MESSAGING_LEASE_SECONDS = env_int("MESSAGING_LEASE_SECONDS", 30, minimum=1)
-# Retention of the outbox log (messaging.services.streams.log_trim): messages older than the
-# age, or beyond the newest count, are trimmed once every subscription is done.
+# Retention of the outbox log (messaging.services.streams.log_trim): messages older
+# than the age, or beyond the newest count, are trimmed once every subscription is done.
 MESSAGING_RETENTION_DAYS = env_int("MESSAGING_RETENTION_DAYS", 30, minimum=1)
 MESSAGING_RETENTION_MESSAGES = env_int(
     "MESSAGING_RETENTION_MESSAGES", 1_000_000, minimum=1

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from course.labs.base import Lab, ParamError, Params
+from course.labs.harness.base import Lab, ParamError, Params
 
 
 class LabForm(forms.Form):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from course.labs.base import Cell, Lab, Params, Table, Tables, clean_cell
+from course.labs.harness.base import Cell, Lab, Params, Table, Tables, clean_cell
 from course.textbook import LessonText, cell_text, default_tables, row_index, table_cell
 
 LIVE_PREFIX = "live_"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.urls import NoReverseMatch, reverse
 
-from course.labs.base import Tables
+from course.labs.harness.base import Tables
 from course.labs.registry import lab_find
 from course.lessons import Lesson
 from course.sourcecode import RefError, ref_resolve

@@ -11,7 +11,7 @@ from typing import Any
 from django.urls import NoReverseMatch, reverse
 
 from course.interpret import Interpretation, run_interpret
-from course.labs.base import Lab
+from course.labs.harness.base import Lab
 from course.labs.registry import LABS
 from course.lessons import AREA_OUTCOMES, LESSONS, Area, Lesson, lessons_by_area
 from course.selectors import NO_PROGRESS, ProgressView

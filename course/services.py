@@ -12,8 +12,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from course.labs.base import Lab, LabError, NoLivePart, Params, Progress
-from course.labs.live import LIVE_PREFIX
+from course.labs.harness.base import Lab, LabError, NoLivePart, Params, Progress
+from course.labs.harness.live import LIVE_PREFIX
 from course.labs.registry import lab_get
 from course.models import LessonProgress
 from course.selectors import LAB_JOB_KIND, lab_job_get
@@ -40,8 +40,8 @@ class LabQueueFull(LabError):
 
 
 LAB_QUEUE = "labs"
-# The worker's entry point, by its dotted path as rq stores it: course.tasks imports
-# this module, so naming the task keeps the import one way (tasks -> services).
+# The rq entry point, named by its dotted path: course.tasks imports this module, and
+# queued jobs and running workers name the task by this string.
 RUN_LAB_TASK = "course.tasks.run_lab"
 # Retry-After of a lab run refused because the bounded labs queue is full.
 LAB_QUEUE_RETRY_AFTER_S = 5
@@ -74,6 +74,7 @@ def lab_run_enqueue(
     With ``live`` the run also measures the live system (it starts worker processes
     and writes rows); who may ask for that is the caller's decision.
     """
+
     if live and lab.live is None:
         raise NoLivePart(f"{lab.slug} has no live part yet")
     checked = lab.validate(params)
@@ -106,6 +107,7 @@ def _lab_run_admit(job: JobStatus) -> Admission:
     Runs after the commit (the row is visible to the worker), so the place taken
     is never one of a rolled-back run.
     """
+
     bounded = BoundedQueue(
         django_rq.get_queue(LAB_QUEUE, commit_mode="auto"),
         capacity=settings.LAB_QUEUE_CAPACITY,
@@ -175,6 +177,7 @@ def _progress_reporter(job_id: uuid.UUID, *, live: bool) -> Progress:
     gives the model the first share and the live steps (labelled with the live
     prefix) the rest, so the bar never moves back.
     """
+
     in_live = False
 
     def report(fraction: float, label: str) -> None:

@@ -34,7 +34,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from course.labs.base import Cell, Lab, Table, Tables
+from course.labs.harness.base import Cell, Lab, Table, Tables
 from course.labs.registry import lab_find
 
 CONTENT_DIR = Path(__file__).resolve().parent / "content"

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from course.forms import LabForm
-from course.labs.base import Lab
+from course.labs.harness.base import Lab
 from course.labs.registry import lab_find
 from course.lessons import Lesson, lesson_get
 from course.pages import (

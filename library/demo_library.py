@@ -19,7 +19,7 @@ The shape, in plain words:
   period. A book's ``on_shelf`` is its copies minus its open loans.
 
 The labs do not read these rows for their numbers: each lab carries its own data set
-(the Cache Layers library is ``course.labs.dataset``), so this file may change.
+(the Cache Layers library is ``course.labs.harness.dataset``), so this file may change.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The rows come from ``library.demo_library`` (real public-domain works, branches 
 different sizes, members with ordinary names, a loan history up to today). Rows
 already in the database are left as they are (a running library keeps its loans and
 shelf counts); missing ones are added. The labs bring their own data sets and do
-not depend on these rows (see ``course.labs.dataset``).
+not depend on these rows (see ``course.labs.harness.dataset``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from config.admission import AdmissionControl, Limits, Message, Priority, route_class
-from course.labs.load_shedding import admission_env, measure, shed_servers
+from course.labs.load_shedding_lab.live import admission_env, measure, shed_servers
 
 Sent = list[dict[str, Any]]
 

@@ -1,13 +1,14 @@
 """The labs, keyed by lesson slug: a fixed, typed list checked at import.
 
-Adding a lab: write ``course/labs/<name>.py`` exposing ``LAB = Lab(...)`` and add it to
-``_ALL`` below. The check underneath refuses a slug that is not a lesson of the course.
+Adding a lab: write the package ``course/labs/<name>/`` whose ``__init__`` exposes
+``LAB = Lab(...)`` and add it to ``_ALL`` below. The check underneath refuses a slug
+that is not a lesson of the course.
 """
 
 from __future__ import annotations
 
 from course.labs import (
-    backpressure,
+    backpressure_lab,
     broadcast_channels,
     cache_key_design,
     cache_layers,
@@ -18,7 +19,7 @@ from course.labs import (
     hot_key,
     http_caching,
     invalidation,
-    load_shedding,
+    load_shedding_lab,
     long_running_jobs,
     message_queues,
     ordering,
@@ -33,7 +34,7 @@ from course.labs import (
     websocket_server,
     worker_processes,
 )
-from course.labs.base import Lab, LabError
+from course.labs.harness.base import Lab, LabError
 from course.lessons import lesson_get
 
 _ALL: tuple[Lab, ...] = (
@@ -55,8 +56,8 @@ _ALL: tuple[Lab, ...] = (
     worker_processes.LAB,
     scheduled_tasks.LAB,
     long_running_jobs.LAB,
-    backpressure.LAB,
-    load_shedding.LAB,
+    backpressure_lab.LAB,
+    load_shedding_lab.LAB,
     polling_approaches.LAB,
     server_sent_events.LAB,
     websocket_server.LAB,

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management import call_command
 
-from course.labs.base import Cell, LabResult
+from course.labs.harness.base import Cell, LabResult
 from course.labs.registry import lab_get
 
 

@@ -110,7 +110,7 @@ def test_predict_run_compare_and_progress_in_the_browser(
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     from django.contrib.auth import get_user_model
 
-    from course.labs.live import wait_until
+    from course.labs.harness.live import wait_until
     from course.models import LessonProgress
     from course.textbook import default_tables, lesson_text, table_cell
 

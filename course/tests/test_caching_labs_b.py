@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.labs import http_caching
-from course.labs.base import ParamError
+from course.labs.harness.base import ParamError
 from course.labs.registry import lab_get
 from course.tests import reference_caching_b as ref
 from course.tests.lab_results import (

@@ -1,6 +1,6 @@
 """The labs keep their own data sets, whatever the demo library holds.
 
-``course.labs.dataset`` is the Cache Layers library as rows (what the benchmarks
+``course.labs.harness.dataset`` is the Cache Layers library as rows (what the benchmarks
 load); the labs' models carry their data in code. Neither may follow the demo library
 (``library.seed``), which changes with the catalogue it ships.
 """
@@ -11,14 +11,14 @@ import datetime
 
 import pytest
 
-from course.labs.base import LabResult
 from course.labs.cache_metrics.model import (
     BOOK_COUNT,
     BRANCH_COUNT,
     MEMBER_COUNT,
     library_data,
 )
-from course.labs.dataset import dataset_load
+from course.labs.harness.base import LabResult
+from course.labs.harness.dataset import dataset_load
 from course.labs.registry import LABS
 from library.models import Book, Branch, Loan, Member
 from library.seed import seed_library

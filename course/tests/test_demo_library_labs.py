@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from course.labs import cache_metrics
-from course.labs import live as harness
-from course.labs.base import Tables
 from course.labs.cache_key_design.live import LIVE_OTHER, LIVE_OWNER, LIVE_QUERY
 from course.labs.cache_layers.live import _live_pages
 from course.labs.cache_layers.model import STREAM_MEMBERS
 from course.labs.cache_metrics.live import LiveCatalogue
+from course.labs.harness import live as harness
+from course.labs.harness.base import Tables
 from course.labs.http_caching.live import LIVE_BOOK_ID
 from course.labs.rationale.live import _live_loans
 from course.labs.registry import lab_get
@@ -84,7 +84,7 @@ def test_cache_key_design_live_leaks_only_with_the_glued_key_on_real_titles(
     [[served, foreign, titles]] = rows(tables, "live_leak")
     assert served == foreign > 0
     assert "Book" in titles
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 @pytest.mark.processes
@@ -98,7 +98,7 @@ def test_cache_layers_live_reaches_the_models_counts_on_the_demo_library(
 
     assert rows(tables, "live_repetition") == rows(tables, "repetition")
     assert rows(tables, "live_chain") == rows(tables, "chain")
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 @pytest.mark.django_db(transaction=True)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs.jsnum import JsLcg, js_round, js_to_fixed
+from course.labs.harness.jsnum import JsLcg, js_round, js_to_fixed
 from course.tests.reference import Generator, to_fixed_1
 
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs.base import Cell, LabResult, ParamError, clean_cell
+from course.labs.harness.base import Cell, LabResult, ParamError, clean_cell
 from course.labs.registry import LABS, UnknownLab, lab_get
 from course.lessons import LESSONS, lesson_get
 from course.tests import reference

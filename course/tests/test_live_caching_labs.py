@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from course.labs import live as harness
-from course.labs.base import Tables
+from course.labs.harness import live as harness
+from course.labs.harness.base import Tables
 from course.labs.registry import lab_get
 from library.models import Book, Branch, Member
 
@@ -75,7 +75,7 @@ def test_http_caching_live_validators_and_directives(redis_client):
     book.refresh_from_db()
     assert book.on_shelf == 3  # the shelf count is put back
     assert User.objects.count() == users_before  # the throwaway account is gone
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def test_cache_key_design_live_leaks_only_with_the_glued_key(redis_client):
@@ -108,4 +108,4 @@ def test_cache_key_design_live_leaks_only_with_the_glued_key(redis_client):
     assert served == foreign > 0
     # the naive demo keys are deleted at the end
     assert not list(redis_client.scan_iter(match="lab-*:search:*"))
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []

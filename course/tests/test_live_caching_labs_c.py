@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from course.labs import live as harness
-from course.labs.base import Tables
+from course.labs.harness import live as harness
+from course.labs.harness.base import Tables
 from course.labs.registry import lab_get
 from library.models import Book, Branch, Member
 
@@ -74,7 +74,7 @@ def test_cache_layers_live_reaches_the_models_origin_count(redis_client):
     assert chain_timing[1] == chain["server"] + chain["origin"]
     assert repetition_timing[1] == 600
     assert User.objects.count() == users_before  # the staff account is gone
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def test_hot_key_live_stampede_over_two_daphne_per_side(redis_client):
@@ -101,4 +101,4 @@ def test_hot_key_live_stampede_over_two_daphne_per_side(redis_client):
     assert (origin, waiting) == (1, 0)
     assert 1 <= stale <= 100
     assert all(row[5] > 0 for row in rows(tables, "live_stampede"))
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from course.labs import cache_metrics, cache_strategies, invalidation
-from course.labs import live as harness
-from course.labs.base import Lab, Tables
+from course.labs.harness import live as harness
+from course.labs.harness.base import Lab, Tables
 from library.models import Book, Branch, Loan, Member
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -94,12 +94,12 @@ def test_cache_strategies_live_counts_equal_the_model_and_race_needs_the_version
 
 def test_cache_strategies_live_refuses_a_catalogue_without_its_books(redis_client):
     make_catalogue(6)
-    from course.labs.base import LabError
+    from course.labs.harness.base import LabError
 
     with pytest.raises(LabError, match="no book #7"):
         live_tables(cache_strategies.LAB)
     assert shelves() == dict.fromkeys(range(1, 7), 5)
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def test_invalidation_live_lifetime_waits_event_follows_the_worker_version_never_stale(
@@ -143,7 +143,7 @@ def test_invalidation_live_lifetime_waits_event_follows_the_worker_version_never
     assert invalidations.filter(status=Delivery.Status.DONE).count() >= 2
     assert shelves() == before
     assert lab_keys(redis_client) == []
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def test_cache_metrics_live_counts_equal_the_model_and_history_costs_book_hits(
@@ -191,7 +191,7 @@ def test_cache_metrics_live_counts_equal_the_model_and_history_costs_book_hits(
 
 
 def test_cache_metrics_live_needs_two_hundred_members(redis_client):
-    from course.labs.base import LabError
+    from course.labs.harness.base import LabError
 
     make_catalogue(60)
     with pytest.raises(LabError, match="needs 200 members, the database has 0"):

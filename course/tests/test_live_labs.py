@@ -18,8 +18,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from rq import SimpleWorker
 
-from course.labs import live as harness
-from course.labs.base import LabError, Tables
+from course.labs.harness import live as harness
+from course.labs.harness.base import LabError, Tables
 from course.labs.registry import LABS, lab_get
 from course.models import ProbeEffect
 from jobs.models import JobStatus
@@ -42,7 +42,7 @@ def rows(tables: Tables, name: str) -> list[list[Any]]:
 
 def assert_no_children_left() -> None:
     # The harness stops (and reaps) every worker and work-horse it started.
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def test_delivery_semantics_live_reaches_the_course_counts(redis_client):

@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 
 from course.instruments.probes import LAB_PROBE
-from course.labs import live as harness
-from course.labs.base import LabError, Tables
+from course.labs.harness import live as harness
+from course.labs.harness.base import LabError, Tables
 from course.labs.registry import lab_get
 from course.models import ProbeEffect
 from library.models import Book, BookLedger, Branch, StockProjection
@@ -48,7 +48,7 @@ def make_books(shelves: tuple[int, ...] = (2, 3, 1)) -> list[int]:
 
 
 def assert_no_children_left() -> None:
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def names(message_type: str) -> str:
@@ -206,7 +206,7 @@ def test_streams_vs_queues_live_storage_replay_and_retention(redis_client):
     assert log_row[:3] == ["single log", 6, 6]
     assert copy_row[:3] == ["subscription copies", 6, 6 * copies]
     bodies = OutboxMessage.objects.filter(type="stock_corrected").order_by("-id")[:6]
-    from course.labs.live_streams import body_bytes
+    from course.labs.harness.live_streams import body_bytes
 
     assert log_row[3] == sum(body_bytes(m.body) for m in bodies)
     assert copy_row[3] == copies * log_row[3]

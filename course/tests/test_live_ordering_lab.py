@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from course.labs import live as harness
 from course.labs import ordering
-from course.labs.base import LabError, Tables
+from course.labs.harness import live as harness
+from course.labs.harness.base import LabError, Tables
 from course.labs.registry import lab_get
 from library.models import Book, BookLedger, Branch
 from messaging.models import DeadLetter
@@ -81,7 +81,7 @@ def test_competing_workers_invert_a_book_the_partitioned_ledger_never(redis_clie
     assert not Branch.objects.filter(name__startswith="Lab ordering").exists()
     assert not BookLedger.objects.exists()
     assert not DeadLetter.objects.exists()
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
     assert not list(redis_client.scan_iter(match="*lab-live-*"))
 
 
@@ -99,7 +99,7 @@ def test_live_limits_are_refused_before_anything_starts(overrides, reason):
     with pytest.raises(LabError, match=reason):
         live_tables(**overrides)
     assert not Book.objects.exists()
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []
 
 
 def test_live_inversions_count_pairs_of_one_book_apart():

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs import live as harness
-from course.labs.base import LabError, ParamError
+from course.labs.harness import live as harness
+from course.labs.harness.base import LabError, ParamError
 from course.labs.registry import lab_get
 from course.tests.lab_results import assert_refused, columns, lab_json, records, run
 from jobs.models import JobStatus
@@ -177,4 +177,4 @@ def test_live_cancel_at_40_and_resume_reach_the_uninterrupted_total(redis_client
     assert not Branch.objects.filter(name__startswith="Lab run ").exists()
     assert not Loan.objects.exists()
     assert not JobStatus.objects.exists()
-    assert harness._children(os.getpid()) == []
+    assert harness.child_pids(os.getpid()) == []

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs.base import ParamError
+from course.labs.harness.base import ParamError
 from course.labs.registry import lab_get
 from course.tests import reference_messaging as ref
 from course.tests.lab_results import (

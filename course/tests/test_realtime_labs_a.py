@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from course.labs import polling_approaches, server_sent_events
-from course.labs.base import Lab, ParamError, Tables
+from course.labs.harness.base import Lab, ParamError, Tables
 from course.labs.registry import lab_get
 from jobs.models import JobStatus
 from library.models import Book, Branch

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from course.labs.base import ParamError
+from course.labs.harness.base import ParamError
 from course.labs.registry import lab_get
 from library.models import Book, Branch, Member
 from tests.processes import ROOT, child_env

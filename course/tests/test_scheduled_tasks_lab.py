@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs import scheduled_tasks
-from course.labs.base import ParamError
+from course.labs.harness.base import ParamError
 from course.labs.registry import lab_get
+from course.labs.scheduled_tasks.model import next_runs_table, parse_start
 from course.tests import reference_scheduled as ref
 from course.tests.lab_results import (
     assert_charts_name_numeric_columns,
@@ -86,7 +86,7 @@ def test_the_reference_agrees_with_the_lab_on_defaults():
 )
 def test_other_starts_match_the_reference(start, runs):
     result = run(SLUG, start=start, runs=runs)
-    instant = scheduled_tasks.parse_start(start)
+    instant = parse_start(start)
     start_ms = int(instant.timestamp() * 1000)
     assert rows(result, "next_runs") == ref.next_runs_rows(start_ms, runs)
     assert columns(result, "next_runs") == [
@@ -112,7 +112,7 @@ def test_offsets_are_the_same_instant():
 )
 def test_next_runs_match_the_reference_property(start_ms, runs):
     start = datetime.datetime.fromtimestamp(start_ms / 1000, tz=datetime.UTC)
-    found = scheduled_tasks.next_runs_table(start, runs)
+    found = next_runs_table(start, runs)
     assert found["rows"] == ref.next_runs_rows(start_ms, runs)
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs.base import Tables
+from course.labs.harness.base import Tables
 from course.labs.registry import lab_get
 from course.tests import reference_shedding as ref
 from course.tests.lab_results import (

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs import worker_processes
 from course.labs.registry import lab_get
+from course.labs.worker_processes.model import pool_slices
 from course.tests.lab_results import assert_refused, columns, lab_json, records, run
 
 SLUG = "worker-processes"
@@ -43,9 +43,7 @@ def test_defaults_reproduce_the_course():
     job_ms=st.integers(min_value=1, max_value=5000),
 )
 def test_pool_slices_match_whole_rounds(jobs, workers, job_ms):
-    assert worker_processes.pool_slices(jobs, workers, job_ms) == math.ceil(
-        jobs / workers
-    )
+    assert pool_slices(jobs, workers, job_ms) == math.ceil(jobs / workers)
 
 
 def test_other_values_are_honoured():

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from course.instruments.processes import child_environment, kill_group, start_manage
-from course.labs.live import _children
+from course.labs.harness.live import child_pids
 from jobs import report
 from jobs.models import JobStatus
 from jobs.tests.test_report import LOANS, make_loans, row
@@ -96,7 +96,7 @@ def test_sigterm_to_the_work_horse_cancels_and_the_worker_lives_on(clean_days):
     process = worker(f"report-horse-{job.pk.hex[:6]}")
     try:
         wait_for(lambda: processed(job) >= CHUNK, "one chunk")
-        horses = _children(process.pid)
+        horses = child_pids(process.pid)
         assert len(horses) == 1
         os.kill(horses[0], signal.SIGTERM)
         wait_for(lambda: row(job).is_finished, "the report to stop")

@@ -2,7 +2,7 @@
  *
  * LabChart.render(spec, table, width) returns a <figure> holding an SVG drawn for
  * `width` CSS pixels, so its text stays legible on a phone as on a desktop. `spec` comes from the
- * lab's Chart declaration (course/labs/base.py):
+ * lab's Chart declaration (course/labs/harness/base.py):
  *   {table, label, values: [column...], title, unit, split, categoryPrefix}
  * Without `split`, rows are categories and each value column is one series.
  * With `split`, the single value column holds space-separated numbers: each row is a

@@ -21,8 +21,8 @@ Model part, ported from the lesson's three experiments on its seven-book catalog
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
 from course.labs.cache_key_design import live, model
+from course.labs.harness.base import Chart, Lab, Param
 
 __all__ = ["LAB"]
 

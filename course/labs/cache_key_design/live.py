@@ -9,9 +9,9 @@ import re
 from dataclasses import dataclass
 from html import unescape
 
-from course.labs.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.harness.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.harness.live import live_step, new_run_id
 from course.labs.http_caching import live_server
-from course.labs.live import live_step, new_run_id
 from library import selectors
 from library.cache import reads
 from library.cache.metrics import cache_redis

@@ -11,8 +11,8 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from functools import partial
 
-from course.labs.base import Cell, Params, Progress, Tables, int_param, table
-from course.labs.jsnum import js_fixed_number
+from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.harness.jsnum import js_fixed_number
 from library.cache.keys import CriterionValue, cache_key
 
 # (book id, branch, year, title, author) — the lesson's catalogue; book 7's title

@@ -17,9 +17,9 @@ to the application and counts the origin calls its server cache made.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
 from course.labs.cache_layers import live, model
-from course.labs.jsnum import SEED_MAX
+from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.jsnum import SEED_MAX
 
 __all__ = ["LAB"]
 

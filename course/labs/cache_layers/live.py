@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
 from course.labs.cache_layers.http_cache import HttpCache, header_seconds
 from course.labs.cache_layers.model import (
     BOOKS,
@@ -18,10 +17,18 @@ from course.labs.cache_layers.model import (
     request_stream,
     share_pct,
 )
-from course.labs.http_caching import signed_in_staff
-from course.labs.jsnum import js_fixed_number
-from course.labs.live import live_step, new_run_id
-from course.labs.live_http import (
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
+from course.labs.harness.jsnum import js_fixed_number
+from course.labs.harness.live import live_step, new_run_id
+from course.labs.harness.live_http import (
     client_for,
     counters,
     counters_delta,
@@ -29,6 +36,7 @@ from course.labs.live_http import (
     daphnes,
     server_cold,
 )
+from course.labs.http_caching import signed_in_staff
 from library.models import Book, Branch, Member
 
 # --- live part: real HTTP through a client cache and an edge to a real daphne -------

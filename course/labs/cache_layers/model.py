@@ -4,8 +4,8 @@ the client / edge / server chain, computed in-process.
 
 from __future__ import annotations
 
-from course.labs.base import Cell, Params, Progress, Tables, int_param, table
-from course.labs.jsnum import JsLcg, js_fixed_number
+from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.harness.jsnum import JsLcg, js_fixed_number
 
 # Kinds whose answer is the same for every member, so shared caches may keep them.
 SHARED_KINDS = frozenset({"book", "branch"})

@@ -22,9 +22,9 @@ in-process tier and reads the counts back from its metrics.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
 from course.labs.cache_metrics import live, model
-from course.labs.jsnum import SEED_MAX
+from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.jsnum import SEED_MAX
 
 __all__ = ["LAB"]
 

@@ -8,16 +8,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from course.labs.base import (
-    Cell,
-    LabError,
-    Params,
-    Progress,
-    Tables,
-    int_list_param,
-    int_param,
-    table,
-)
 from course.labs.cache_metrics.model import (
     BRANCH_COUNT,
     BREAKDOWN_MIX,
@@ -30,7 +20,17 @@ from course.labs.cache_metrics.model import (
     ratio_pct,
     workload,
 )
-from course.labs.live import live_step, new_run_id
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_list_param,
+    int_param,
+    table,
+)
+from course.labs.harness.live import live_step, new_run_id
 from library import selectors
 from library.cache.keys import cache_key
 from library.cache.metrics import metrics_read, metrics_record, metrics_reset

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Params,
     Progress,
@@ -18,7 +18,7 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.jsnum import JsLcg, js_fixed_number
+from course.labs.harness.jsnum import JsLcg, js_fixed_number
 from library.cache.keys import cache_key
 
 # --- the measurement database ---------------------------------------------------

@@ -23,7 +23,6 @@ the real book rows.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
 from course.labs.cache_strategies import live, model
 from course.labs.cache_strategies.model import (
     CATALOGUE_BOOKS,
@@ -31,7 +30,8 @@ from course.labs.cache_strategies.model import (
     ShelfOrigin,
     workload,
 )
-from course.labs.jsnum import SEED_MAX
+from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.jsnum import SEED_MAX
 
 __all__ = ["LAB", "Operation", "ShelfOrigin", "workload"]
 

@@ -4,7 +4,13 @@ real store.
 
 from __future__ import annotations
 
-from course.labs.base import (
+from course.labs.cache_strategies.live_race import LiveRace, live_race
+from course.labs.cache_strategies.live_strategies import (
+    LIVE_STRATEGY_COLUMNS,
+    live_strategy_row,
+)
+from course.labs.cache_strategies.model import RACE_BOOK, STRATEGY_NAMES, workload
+from course.labs.harness.base import (
     Cell,
     Params,
     Progress,
@@ -13,14 +19,8 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.cache_strategies.live_race import LiveRace, live_race
-from course.labs.cache_strategies.live_strategies import (
-    LIVE_STRATEGY_COLUMNS,
-    live_strategy_row,
-)
-from course.labs.cache_strategies.model import RACE_BOOK, STRATEGY_NAMES, workload
-from course.labs.live import live_step, new_run_id
-from course.labs.live_store import require_books, run_keys, shelves_restored
+from course.labs.harness.live import live_step, new_run_id
+from course.labs.harness.live_store import require_books, run_keys, shelves_restored
 
 
 def live(params: Params, progress: Progress) -> Tables:

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from course.labs.base import Cell, LabError
 from course.labs.cache_strategies.live_strategies import LIVE_LIFETIME_S
 from course.labs.cache_strategies.model import COPIES_ON_SHELF, RACE_BOOK, RACE_READS
-from course.labs.live_store import (
+from course.labs.harness.base import Cell, LabError
+from course.labs.harness.live_store import (
     LAB_NAMESPACE,
     Request,
     book_key,

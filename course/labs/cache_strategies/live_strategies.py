@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from course.labs.base import Cell, LabError
 from course.labs.cache_strategies.model import COPIES_ON_SHELF, Counters, Operation
-from course.labs.live_store import (
+from course.labs.harness.base import Cell, LabError
+from course.labs.harness.live_store import (
     LAB_NAMESPACE,
     SHELF,
     run_tenant,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Params,
     Progress,
@@ -16,7 +16,7 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.jsnum import JsLcg
+from course.labs.harness.jsnum import JsLcg
 
 CATALOGUE_BOOKS = 60  # the lesson's book table holds 60 titles
 COPIES_ON_SHELF = 3  # ...each starting with three copies on the shelf

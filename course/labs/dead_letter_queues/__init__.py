@@ -28,8 +28,8 @@ course, which only looks the set up for existing messages.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
 from course.labs.dead_letter_queues import live, model
+from course.labs.harness.base import Chart, Lab, Param
 
 __all__ = ["LAB"]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from course.instruments.probes import fixed_marker
-from course.labs import live as harness
-from course.labs.base import (
+from course.labs.harness import live as harness
+from course.labs.harness.base import (
     Cell,
     LabError,
     Params,

@@ -24,8 +24,8 @@ where the crash set is only consulted for the messages being processed.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
 from course.labs.delivery_semantics import live, model
+from course.labs.harness.base import Chart, Lab, Param
 
 __all__ = ["LAB"]
 

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 from rq import Retry
 
 from course.instruments.probes import crash_token
-from course.labs import live as harness
-from course.labs.base import (
+from course.labs.delivery_semantics.model import Counts
+from course.labs.harness import live as harness
+from course.labs.harness.base import (
     Cell,
     LabError,
     Params,
@@ -21,11 +22,10 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.delivery_semantics.model import Counts
-from course.labs.live_jobs import probe_at_least_once, probe_at_most_once
+from course.labs.harness.live_jobs import probe_at_least_once, probe_at_most_once
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 # --- live part ---------------------------------------------------------------------
 

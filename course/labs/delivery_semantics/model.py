@@ -8,7 +8,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Params,
     Progress,

@@ -26,7 +26,7 @@ processes and counts the origin calls the servers made.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab, Param
 from course.labs.hot_key import live, model
 
 __all__ = ["LAB"]

@@ -12,9 +12,17 @@ from dataclasses import dataclass
 import httpx
 from django.conf import settings
 
-from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
-from course.labs.live import live_step
-from course.labs.live_http import (
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
+from course.labs.harness.live import live_step
+from course.labs.harness.live_http import (
     Counters,
     Daphne,
     client_for,

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Params,
     Progress,
@@ -20,7 +20,7 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.jsnum import js_fixed_number
+from course.labs.harness.jsnum import js_fixed_number
 from library.cache.ttl import hot_copy_key, key_digest, shard_of
 
 HOT_KEY = "library:s1:g1:tbranch-1:stock"

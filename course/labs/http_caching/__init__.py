@@ -24,7 +24,7 @@ They live in ``library/cache/http.py``, where the real views use them too.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab
+from course.labs.harness.base import Chart, Lab
 from course.labs.http_caching import live, model
 from course.labs.http_caching.live import live_server, signed_in_staff
 from course.labs.http_caching.model import LibraryApi, json_text

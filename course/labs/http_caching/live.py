@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 from django.contrib.auth import get_user_model
 
-from course.labs.base import Cell, LabError, Params, Progress, Tables, table
-from course.labs.live import live_step, new_run_id
-from course.labs.live_http import daphnes, host_header
+from course.labs.harness.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.harness.live import live_step, new_run_id
+from course.labs.harness.live_http import daphnes, host_header
 from library.models import Book, Member
 from library.permissions import ISSUE_LOAN, permission_get
 from library.services import stock_correct

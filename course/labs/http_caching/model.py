@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from course.labs.base import Cell, Params, Progress, Tables, table
+from course.labs.harness.base import Cell, Params, Progress, Tables, table
 from library.cache.http import etag_for, http_date, is_not_modified
 
 

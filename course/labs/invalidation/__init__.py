@@ -29,10 +29,10 @@ one of them retired by the outbox through a real rq worker.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.jsnum import SEED_MAX
 from course.labs.invalidation import live, model
 from course.labs.invalidation.live import LIVE_READS_AFTER_FRESH
-from course.labs.jsnum import SEED_MAX
 
 __all__ = ["LAB", "LIVE_READS_AFTER_FRESH"]
 

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from course.labs.base import Cell, LabError, Params, Progress, Tables, table
-from course.labs.live import live_step, live_system, new_run_id, wait_until
-from course.labs.live_store import (
+from course.labs.harness.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.harness.live import live_step, live_system, new_run_id, wait_until
+from course.labs.harness.live_store import (
     LAB_NAMESPACE,
     book_key,
     book_key_checked,
@@ -29,7 +29,7 @@ from messaging.models import Delivery, OutboxMessage
 from messaging.registry import LIBRARY_TYPES, MessageType
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
     from library.models import Book
 
 # --- live part ----------------------------------------------------------------------

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from course.labs.base import (
+from course.labs.cache_strategies import Operation, ShelfOrigin, workload
+from course.labs.harness.base import (
     Cell,
     Params,
     Progress,
@@ -18,7 +19,6 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.cache_strategies import Operation, ShelfOrigin, workload
 
 WRITE_RATIO = 0.15
 HOT_BOOKS = 12

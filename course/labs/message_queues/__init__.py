@@ -19,7 +19,7 @@ go to the extra tables ``queue_state`` and ``deliveries``.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab, Param
 from course.labs.message_queues import live, model
 
 __all__ = ["LAB"]

@@ -8,9 +8,9 @@ import socket
 import time
 from functools import partial
 
-from course.labs import live as harness
-from course.labs.base import Cell, Params, Progress, Tables, table
-from course.labs.live import process_gone
+from course.labs.harness import live as harness
+from course.labs.harness.base import Cell, Params, Progress, Tables, table
+from course.labs.harness.live import process_gone
 from messaging.models import Delivery as DeliveryRow
 from messaging.registry import SUBSCRIPTIONS
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Params,
     Progress,

@@ -33,7 +33,8 @@ are counted with a merge sort (O(n log n)), not by comparing every pair, so larg
 (distinct books, the hot workload's totals) go to the extra tables ``workload`` and
 ``hot_workload``.
 
-Live part, on real ``manage.py rqworker messaging`` processes (``course.labs.live``),
+Live part, on real ``manage.py rqworker messaging`` processes
+(``course.labs.harness.live``),
 for each count in ``workers`` (at most 4, up to 400 events, 60 books):
 
 - ``live_competing`` — no subscription of the application takes library messages
@@ -73,8 +74,8 @@ rows are deleted at the end; its outbox messages stay in the log like any other.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
-from course.labs.jsnum import SEED_MAX
+from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.jsnum import SEED_MAX
 from course.labs.ordering.live import (
     APPLIED_TTL_S,
     LEDGER,

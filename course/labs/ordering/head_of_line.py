@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
-from course.labs import live as harness
-from course.labs.base import Cell
+from course.labs.harness import live as harness
+from course.labs.harness.base import Cell
 from course.labs.ordering.books import LabBooks
 from library.models import BookLedger
 from library.services import stock_correct
@@ -25,7 +25,7 @@ from messaging.registry import MessageType
 from messaging.services import outbox_publish
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 GOOD_CHANGES = 6  # behind the head, and as many on the other partitions
 LEDGER = "book_ledger"

@@ -15,8 +15,8 @@ from django.db.models import Max
 from django.utils import timezone
 from rq.job import Job, JobStatus
 
-from course.labs import live as harness
-from course.labs.base import (
+from course.labs.harness import live as harness
+from course.labs.harness.base import (
     Cell,
     LabError,
     Params,
@@ -26,7 +26,7 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.live import PRIVATE_QUEUE_PREFIX
+from course.labs.harness.live import PRIVATE_QUEUE_PREFIX
 from course.labs.ordering.books import (
     LabBooks,
     as_aware,
@@ -56,7 +56,7 @@ from messaging.registry import SUBSCRIPTIONS
 from messaging.services.partitions import partition_loads
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 log = logging.getLogger("course.live")
 

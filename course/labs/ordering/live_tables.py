@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Tables,
     table,
 )
-from course.labs.jsnum import js_fixed_number
+from course.labs.harness.jsnum import js_fixed_number
 from course.labs.ordering.books import (
     LabBooks,
 )

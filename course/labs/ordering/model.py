@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
     Params,
     Progress,
@@ -16,7 +16,7 @@ from course.labs.base import (
     int_param,
     table,
 )
-from course.labs.jsnum import JsLcg, js_fixed_number
+from course.labs.harness.jsnum import JsLcg, js_fixed_number
 from messaging.policies import partition_of as messaging_partition_of
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ so the jitter experiment draws its waits here on top of ``Backoff.delay_ms``.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
-from course.labs.jsnum import SEED_MAX
+from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.jsnum import SEED_MAX
 from course.labs.poison_messages import live, model
 from course.labs.poison_messages.model import check_wave_size
 

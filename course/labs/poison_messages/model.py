@@ -8,8 +8,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from course.labs.base import Cell, Params, Progress, Tables, int_param, table
-from course.labs.jsnum import JsLcg, js_round
+from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.harness.jsnum import JsLcg, js_round
 from messaging.policies import Backoff
 
 # --- 1. where the attempt counter is raised ---------------------------------------

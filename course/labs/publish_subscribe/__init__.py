@@ -30,7 +30,7 @@ subscriptions on real rq worker processes, in tables prefixed ``live_``.
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab, Param
 from course.labs.publish_subscribe import live, model
 
 __all__ = ["LAB"]

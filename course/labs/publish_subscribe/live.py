@@ -8,10 +8,18 @@ import time
 from typing import TYPE_CHECKING
 
 from course.instruments.probes import LAB_PROBE
-from course.labs import live as harness
-from course.labs import live_streams as helpers
-from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
-from course.labs.live import PROBE_SUBSCRIPTION
+from course.labs.harness import live as harness
+from course.labs.harness import live_streams as helpers
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
+from course.labs.harness.live import PROBE_SUBSCRIPTION
 from course.labs.publish_subscribe.model import (
     FAN_OUT_EVENTS,
     LATE_AFTER_JOINING,
@@ -23,7 +31,7 @@ from messaging.registry import SUBSCRIPTIONS, MessageType
 from messaging.services import subscription_start, subscription_states
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 # --- live part ---------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from course.labs.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
 
 LOAN_ISSUED = "loan_issued"
 # A budget no fixed experiment below can exhaust: "process everything that is queued".

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from course.instruments.probes import probe_dir
 from course.instruments.processes import child_environment, start_manage
-from course.labs import live as harness
-from course.labs.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.harness import live as harness
+from course.labs.harness.base import Cell, LabError, Params, Progress, Tables, table
 from course.management.commands.labchild import SIDE_JOB_DELAY_S, loan_side_jobs
 from library.models import Book, Branch, Loan, Member
 from library.services import loan_return
@@ -22,7 +22,7 @@ from messaging.models import Delivery, OutboxMessage
 from messaging.registry import MessageType
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 # --- live part ---------------------------------------------------------------------
 

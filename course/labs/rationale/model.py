@@ -11,8 +11,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from course.labs.base import Cell, Params, Progress, Tables, float_param, table
-from course.labs.jsnum import js_fixed_number
+from course.labs.harness.base import Cell, Params, Progress, Tables, float_param, table
+from course.labs.harness.jsnum import js_fixed_number
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ its ``stock_projection`` consumer, retention on a throwaway log, in ``live_`` ta
 
 from __future__ import annotations
 
-from course.labs.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab, Param
 from course.labs.streams_vs_queues import live, model
 
 __all__ = ["LAB"]

@@ -8,10 +8,18 @@ from typing import TYPE_CHECKING
 
 from django.db.models import Max
 
-from course.labs import live as harness
-from course.labs import live_streams as helpers
-from course.labs.base import Cell, LabError, Params, Progress, Tables, int_param, table
-from course.labs.live_streams import body_bytes, retention_in_throwaway
+from course.labs.harness import live as harness
+from course.labs.harness import live_streams as helpers
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
+from course.labs.harness.live_streams import body_bytes, retention_in_throwaway
 from course.labs.streams_vs_queues.model import (
     LIBRARY_EVENTS,
     REPORT,
@@ -24,7 +32,7 @@ from messaging.models import Delivery, OutboxMessage, StreamConsumer
 from messaging.services.streams import earliest_offset, stream_rewind
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
 # --- live part ---------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
-from course.labs.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
 
 Record = dict[str, str | int]
 

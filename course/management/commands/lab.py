@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from course.labs.base import Cell, LabError, LabResult, Table
+from course.labs.harness.base import Cell, LabError, LabResult, Table
 from course.labs.registry import LABS, lab_get
 
 

@@ -1,4 +1,4 @@
-"""Child processes of the course's live labs (started by ``course.labs.live``).
+"""Child processes of the course's live labs (started by ``course.labs.harness.live``).
 
 ``labchild worker QUEUE...`` — an rq worker (one forked work-horse per job, as
 ``rqworker`` runs) that may also serve a lab run's own queue, which settings do not
@@ -31,7 +31,7 @@ from django_rq.utils import reset_db_connections
 from rq import Queue, SimpleWorker, Worker
 from rq.logutils import setup_loghandlers
 
-from course.labs.live import PRIVATE_QUEUE_PREFIX
+from course.labs.harness.live import PRIVATE_QUEUE_PREFIX
 from library.services import loan_issue
 from messaging.registry import MessageType, subscriptions_for
 

@@ -41,8 +41,8 @@ from rq.job import Job, JobStatus
 
 from course.instruments.probes import LAB_PROBE, crash_token
 from course.instruments.processes import child_environment, start_manage
-from course.labs.base import LabError, Progress
-from course.labs.live_jobs import COUNTER_PREFIX
+from course.labs.harness.base import LabError, Progress
+from course.labs.harness.live_jobs import COUNTER_PREFIX
 from course.models import ProbeEffect
 from messaging.models import Delivery
 from messaging.services import outbox_publish
@@ -134,7 +134,7 @@ def _worker_args(
     return ("labchild", "worker", *queues, "--name", name, *idle, *extra)
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
     """Return the pids whose parent is ``pid`` (rq's work-horses run in own groups)."""
     found = []
     for entry in Path("/proc").iterdir():
@@ -173,7 +173,7 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
     for process in processes:
         if process.poll() is None:
             # A work-horse calls setpgrp(): the group kill does not reach it.
-            for horse in _children(process.pid):
+            for horse in child_pids(process.pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(horse, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):

@@ -26,10 +26,19 @@ from typing import Any
 from django.db import transaction
 
 from course.instruments.probes import LAB_PROBE
-from course.labs.base import LabError
-from messaging.models import Delivery, OutboxMessage
+from course.instruments.processes import ROOT, child_environment, manage_command
+from course.labs.harness.base import LabError
+from library.models import Book
+from library.services import stock_correct
+from messaging.models import Delivery, OutboxMessage, StreamConsumer
 from messaging.registry import MessageType
-from messaging.services import outbox_publish
+from messaging.services import (
+    deliveries_claim,
+    deliveries_process,
+    outbox_publish,
+    relay_pending,
+)
+from messaging.services.streams import earliest_offset, log_trim, stream_advance
 
 RETENTION_TIMEOUT_S = 60.0
 # The throwaway child must not nudge the installation's workers: a Redis nobody
@@ -53,7 +62,6 @@ def publish_probe_bodies(
 
 def recount_books() -> list[int]:
     """Return up to three book ids to recount, or say what is missing."""
-    from library.models import Book
 
     books = list(Book.objects.order_by("id").values_list("id", flat=True)[:3])
     if not books:
@@ -68,8 +76,6 @@ def stock_recount(book_ids: Sequence[int], count: int) -> list[int]:
     one transaction holding the book's row (the write lock on SQLite, whose
     transactions start IMMEDIATE here), so a concurrent loan is never overwritten.
     """
-    from library.models import Book
-    from library.services import stock_correct
 
     ids: list[int] = []
     for n in range(count):
@@ -121,7 +127,6 @@ def retention_in_throwaway(*, keep: int, events: int, lagging_at: int) -> Any:
     but its DATABASE_URL names a file in a temporary folder: the trim deletes a
     prefix of that log only, never the installation's.
     """
-    from course.instruments.processes import ROOT, child_environment, manage_command
 
     with tempfile.TemporaryDirectory(prefix="streams-retention-") as folder:
         out = Path(folder) / "result.json"
@@ -132,7 +137,7 @@ def retention_in_throwaway(*, keep: int, events: int, lagging_at: int) -> Any:
             LOG_LEVEL="ERROR",
         )
         code = (
-            "from course.labs.live_streams import retention_child; "
+            "from course.labs.harness.live_streams import retention_child; "
             f"retention_child({str(out)!r}, events={events}, lagging_at={lagging_at})"
         )
         try:
@@ -157,7 +162,6 @@ def retention_in_throwaway(*, keep: int, events: int, lagging_at: int) -> Any:
 
 def _process_main_lane() -> int:
     """Claim and process every due main-lane copy in this process; return how many."""
-    from messaging.services import deliveries_claim, deliveries_process
 
     done = 0
     while claimed := deliveries_claim(owner=f"retention:{os.getpid()}", limit=50):
@@ -178,10 +182,6 @@ def retention_child(out: str, *, events: int, lagging_at: int) -> None:
     """
     from django.conf import settings
     from django.core.management import call_command
-
-    from messaging.models import StreamConsumer
-    from messaging.services import relay_pending
-    from messaging.services.streams import earliest_offset, log_trim, stream_advance
 
     call_command("migrate", verbosity=0)
     consumer = "stock_projection"

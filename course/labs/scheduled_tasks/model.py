@@ -1,21 +1,4 @@
-"""Lab for "Scheduled Tasks": where recurring runs land, and what a lease lock prevents.
-
-Model part:
-
-1. ``next_runs`` — the first ``runs`` run instants after ``start`` of six recurrence
-   definitions, each computed from the one before, by the application's own
-   ``jobs.recurrence.next_run`` (the same function the scheduler process uses). The
-   lesson's four definitions, plus the 31st under the two other month-end policies.
-2. ``overlap`` — the lesson's experiment on two real processes: each starts the same
-   300 ms "report" at the same moment (a start barrier in a throwaway directory),
-   unlocked or behind a lease lock held in a SQLite row, and the peak number of
-   reports running at once is read from their shared trace file.
-
-Live part: ``live_overlap`` — the same question asked of the application: two real
-``manage.py scheduledrun probe`` processes, released together by a Redis signal,
-each run the report without a lock or under the application's Redis lease lock
-(``jobs.locks``); the trace is a Redis list both append to.
-"""
+"""The lab's model part: the lesson's experiment, self-contained."""
 
 from __future__ import annotations
 
@@ -28,12 +11,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
-    Chart,
-    Lab,
     LabError,
-    Param,
     ParamError,
     Params,
     Progress,
@@ -74,7 +54,7 @@ def parse_start(text: str) -> datetime.datetime:
     return start.astimezone(datetime.UTC)
 
 
-def _check(params: Params) -> str | None:
+def check(params: Params) -> str | None:
     try:
         parse_start(str(params["start"]))
     except ParamError as exc:
@@ -158,7 +138,7 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _wait_for(
+def wait_for(
     condition: Callable[[], bool], what: str, processes: list[subprocess.Popen[bytes]]
 ) -> None:
     deadline = time.monotonic() + PROCESS_TIMEOUT_S
@@ -201,7 +181,7 @@ def overlap_once(locked: bool) -> tuple[int, int, int]:
             for label in ("A", "B")
         ]
         try:
-            _wait_for(
+            wait_for(
                 lambda: len(list(work.glob("ready-*"))) == 2,
                 "both processes to start",
                 processes,
@@ -229,101 +209,3 @@ def model(params: Params, progress: Progress) -> Tables:
         progress(0.3 + 0.35 * index, f"overlap: two processes, {mode}")
         rows.append([mode, *overlap_once(mode == "locked")])
     return {"next_runs": runs_table, "overlap": table(OVERLAP_COLUMNS, rows)}
-
-
-# --- live: two manage.py processes and the application's Redis lease ----------------
-
-
-def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
-    from course.instruments.processes import running, start_manage
-    from jobs.management.commands.scheduledrun import probe_keys
-    from jobs.scheduler import schedule_redis
-
-    redis = schedule_redis()
-    keys = probe_keys(run)
-    extra = () if locked else ("--unlocked",)
-    processes = [
-        start_manage(
-            "scheduledrun",
-            "probe",
-            "--run",
-            run,
-            "--label",
-            label,
-            "--hold-ms",
-            str(REPORT_MS),
-            "--lease-ms",
-            str(LEASE_MS),
-            *extra,
-        )
-        for label in ("A", "B")
-    ]
-    try:
-        with running(*processes):
-            _wait_for(
-                lambda: redis.llen(keys["ready"]) == 2,
-                "both manage.py processes to boot",
-                processes,
-            )
-            redis.rpush(keys["go"], "go", "go")  # one signal per process
-            for process in processes:
-                if process.wait(timeout=PROCESS_TIMEOUT_S) != 0:
-                    raise LabError(
-                        f"live: a probe process exited with {process.returncode}; run "
-                        "manage.py scheduledrun probe --run x --label A to see why"
-                    )
-        lines = [
-            item.decode() if isinstance(item, bytes) else str(item)
-            for item in redis.lrange(keys["trace"], 0, -1)
-        ]
-    except subprocess.TimeoutExpired:
-        raise LabError("live: a probe process did not finish") from None
-    finally:
-        redis.delete(*keys.values())
-    return trace_counts(lines)
-
-
-def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.live import live_step, new_run_id
-
-    run = new_run_id()
-    rows: list[list[Cell]] = []
-    for index, mode in enumerate(MODES):
-        live_step(progress, 0.7 + 0.15 * index, f"two manage.py processes, {mode}")
-        rows.append([mode, *_live_once(f"{run}-{mode}", mode == "locked")])
-    return {"live_overlap": table(OVERLAP_COLUMNS, rows)}
-
-
-LAB = Lab(
-    slug="scheduled-tasks",
-    title="Scheduled Tasks",
-    params=(
-        Param(
-            "start",
-            "str",
-            "2026-01-31T23:47:00Z",
-            "the instant the schedule is read from (ISO 8601; no offset means UTC)",
-            max_length=40,
-        ),
-        Param(
-            "runs",
-            "int",
-            3,
-            "run instants listed per definition",
-            minimum=1,
-            maximum=MAX_RUNS,
-        ),
-    ),
-    model=model,
-    live=live,
-    combination_check=_check,
-    charts=(
-        Chart(
-            table="overlap",
-            label="mode",
-            values=("runs", "skipped", "concurrent_peak"),
-            title="Two processes start the same report at once",
-            unit="runs",
-        ),
-    ),
-)

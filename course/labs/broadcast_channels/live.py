@@ -1,25 +1,4 @@
-"""Lab for "Broadcast and Channel Management": does a broadcast reach other instances?
-
-Model part: the lesson's ``instance.mjs`` and ``relay.mjs`` counted without
-sockets. The subscriber sits on the last of ``instances`` instances and the
-broadcast arrives at the first. Without a relay the first instance delivers only
-to its own (absent) subscribers: the subscriber sees nothing and the relay counts
-nothing. With the relay, one broadcast becomes one copy per connected instance
-(the sender included), and the subscriber sees one message. With two instances
-this is the course's table: 0/0/0 and 1/1/2.
-
-Live part: ``instances`` real daphne processes of this project, started twice:
-with channels' in-process layer (``LIBRARY_CHANNEL_LAYER=memory``) and with the
-Redis layer. One WebSocket subscriber on each instance but the first listens to
-the first branch's group; the lab-only route ``POST /_lab/broadcast/<id>/`` makes
-the first instance broadcast through ``realtime.broadcast.broadcasts_send``.
-``subscriber_saw`` counts updates the subscribers received within
-``WAIT_S``; ``broadcasts`` and ``copies`` are the deltas of the group's counters
-(``realtime:broadcasts``, and ``realtime:deliveries``: frames the consumers
-wrote). The in-process layer keeps the message on the first instance: one
-broadcast, no copy. Other traffic on that branch during the run (a loan at the
-desk) would be counted too.
-"""
+"""The lab's live part: the same question asked of the real application."""
 
 from __future__ import annotations
 
@@ -27,48 +6,26 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Final
 
-from course.labs.base import (
+from course.instruments.websocket_client import RawWebSocket
+from course.labs.broadcast_channels.model import COLUMNS, MODES, WAIT_S
+from course.labs.harness.base import (
     Cell,
-    Chart,
-    Lab,
     LabError,
-    Param,
     Params,
     Progress,
     Tables,
     int_param,
     table,
 )
-
-COLUMNS: Final = ["mode", "subscriber_saw", "broadcasts", "copies"]
-MODES: Final = ("memory", "redis")
-WAIT_S: Final = 1.5
-
-
-def relay_counts(instances: int, *, relay: bool) -> tuple[int, int, int]:
-    """Return (subscriber saw, relay broadcasts, relay copies) of the lesson."""
-    if not relay:
-        return 0, 0, 0
-    return 1, 1, instances
-
-
-def model(params: Params, progress: Progress) -> Tables:
-    instances = int_param(params, "instances")
-    rows: list[list[Cell]] = []
-    for label, relay in (("no relay", False), ("with relay", True)):
-        rows.append([label, *relay_counts(instances, relay=relay)])
-    return {"delivery": table(COLUMNS, rows)}
-
-
-# --- live ----------------------------------------------------------------------------
+from course.labs.harness.live_http import daphne_processes, host_header
+from library.models import Branch
+from realtime.accounting import counters_read
 
 
 @contextmanager
 def layer_daphnes(count: int, layer: str) -> Iterator[list[int]]:
     """Start ``count`` daphnes with channel layer ``layer``; yield their ports."""
-    from course.labs.live_http import daphne_processes
 
     env = {
         "LOG_LEVEL": "WARNING",
@@ -81,10 +38,6 @@ def layer_daphnes(count: int, layer: str) -> Iterator[list[int]]:
 
 def _run_mode(layer: str, instances: int, branch: int) -> list[Cell]:
     import httpx
-
-    from course.instruments.websocket_client import RawWebSocket
-    from course.labs.live_http import host_header
-    from realtime.accounting import counters_read
 
     group = f"branch-{branch}"
     path = f"/ws/branches/{branch}/stock/"
@@ -135,7 +88,6 @@ def _deliveries_settled(group: str, expected: int) -> dict[str, int]:
     client holds may not be counted yet; a count that never arrives is reported as
     it stands after WAIT_S.
     """
-    from realtime.accounting import counters_read
 
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -148,8 +100,6 @@ def _deliveries_settled(group: str, expected: int) -> dict[str, int]:
 def live(params: Params, progress: Progress) -> Tables:
     from django.db import connection
 
-    from library.models import Branch
-
     if connection.in_atomic_block:
         raise LabError("live: run the live part outside a database transaction")
     branch = Branch.objects.order_by("id").values_list("id", flat=True).first()
@@ -161,29 +111,3 @@ def live(params: Params, progress: Progress) -> Tables:
         progress(0.1 + 0.45 * index, f"live: {instances} daphnes, {layer} layer")
         rows.append(_run_mode(layer, instances, branch))
     return {"live_delivery": table(COLUMNS, rows)}
-
-
-LAB = Lab(
-    slug="broadcast-and-channel-management",
-    title="Broadcast and Channel Management",
-    params=(
-        Param(
-            "instances",
-            "int",
-            2,
-            "application instances (the subscriber is on the last)",
-            minimum=2,
-            maximum=6,
-        ),
-    ),
-    model=model,
-    live=live,
-    charts=(
-        Chart(
-            "delivery",
-            "mode",
-            ("subscriber_saw", "broadcasts", "copies"),
-            "What one broadcast became",
-        ),
-    ),
-)

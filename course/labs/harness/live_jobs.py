@@ -1,6 +1,7 @@
 """rq jobs of the live delivery-semantics lab: one job per message, rq's own semantics.
 
-These run in rq work-horses on a live run's private queue (``course.labs.live``).
+These run in rq work-horses on a live run's private queue
+(``course.labs.harness.live``).
 Each job first counts its delivery in Redis, outside any transaction, so the count
 survives the horse's death. A "crash" is the horse killing itself with SIGKILL: no
 exception, no cleanup; rq's worker process sees its horse gone.

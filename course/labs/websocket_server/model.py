@@ -1,18 +1,4 @@
-"""Lab for "WebSocket Server": the upgrade, frames, ping and close, on the wire.
-
-Model part: the lesson's ``ws-server.mjs`` ported to a small threaded TCP server in
-this process (a plain request gets 426; an upgrade gets 101 with the accept key; a
-text frame gets the ``ack``; ping gets pong with the same body; close is echoed),
-driven by our raw client (``course.instruments.websocket_client``) sending the lesson's
-three frames.
-Nothing here depends on the machine, so the tables equal what the course prints:
-the client's frames are masked (38, 8 and 10 bytes), the server's are not.
-
-Live part: the same client against our daphne's live stock socket
-(``/ws/branches/<id>/stock/``, the first branch of the database): the plain GET's
-426, the handshake, the snapshot the server pushes, a ``snapshot`` request, ping,
-and the closing handshake. Daphne answers a close with code 1000 and no reason.
-"""
+"""The lab's model part: the lesson's experiment, self-contained."""
 
 from __future__ import annotations
 
@@ -35,7 +21,13 @@ from course.instruments.websocket_client import (
     parse_frame,
     plain_get,
 )
-from course.labs.base import Cell, Lab, LabError, Params, Progress, Tables, table
+from course.labs.harness.base import (
+    Cell,
+    Params,
+    Progress,
+    Tables,
+    table,
+)
 
 HANDSHAKE_COLUMNS: Final = ["check", "value"]
 FRAME_COLUMNS: Final = ["direction", "opcode", "masked", "length"]
@@ -171,66 +163,3 @@ def model(params: Params, progress: Progress) -> Tables:
         "handshake": table(HANDSHAKE_COLUMNS, rows),
         "frames": table(FRAME_COLUMNS, frame_rows(ws.log)),
     }
-
-
-# --- live ----------------------------------------------------------------------------
-
-
-def live(params: Params, progress: Progress) -> Tables:
-    from course.labs.live_http import daphnes, host_header, request_headers
-    from library.models import Branch
-
-    branch = Branch.objects.order_by("id").values_list("id", flat=True).first()
-    if branch is None:
-        raise LabError("live: the database has no branch; load the demo data first")
-    path = f"/ws/branches/{branch}/stock/"
-    with daphnes(progress, ["on"]) as (server,):
-        progress(0.6, f"live: raw client on daphne port {server.port}")
-        host = host_header(server.port)
-        status, headers, body = plain_get(
-            "127.0.0.1", server.port, path, headers=request_headers(server)
-        )
-        try:
-            ws = RawWebSocket.connect(
-                "127.0.0.1",
-                server.port,
-                path,
-                headers={"Host": host, "Origin": f"http://{host}"},
-            )
-        except OSError as error:
-            raise LabError(f"live: the WebSocket upgrade failed: {error}") from None
-        snapshot = ws.receive()
-        ws.send(TEXT, b'{"action":"snapshot"}')
-        ws.receive()
-        ws.send(PING, b"is-alive")
-        pong = ws.receive_until(PONG)
-        closed = ws.close(1000, "job done")
-    kind = json.loads(snapshot.payload).get("type")
-    rows: list[list[Cell]] = [
-        ["plain request", status],
-        ["plain request upgrade header", headers.get("upgrade", "")],
-        ["plain request body", body.decode(errors="replace").strip()],
-        ["status line", ws.handshake.status_line],
-        ["accept key", "correct" if ws.handshake.accept_correct else "incorrect"],
-        ["key sent (random)", ws.handshake.key],
-        ["first server frame", f"{kind} (masked={str(snapshot.masked).lower()})"],
-        ["ping reply", f"opcode=0x{pong.opcode:x} {pong.payload.decode()}"],
-        ["close reply", f"opcode=0x{closed.opcode:x} code={closed.close_code}"],
-    ]
-    return {
-        "live_handshake": table(HANDSHAKE_COLUMNS, rows),
-        "live_frames": table(FRAME_COLUMNS, frame_rows(ws.log)),
-    }
-
-
-LAB = Lab(
-    slug="websocket-server",
-    title="WebSocket Server",
-    params=(),
-    model=model,
-    live=live,
-    notes=(
-        "Frames are logged by our raw-socket client: the client masks every frame, "
-        "the server never does. The live part talks to the live stock socket."
-    ),
-)

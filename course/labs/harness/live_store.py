@@ -21,10 +21,12 @@ from typing import Final
 
 from django.db import connection, connections
 
-from course.labs.base import LabError
+from course.labs.harness.base import LabError
 from library.cache.keys import KeySpec
 from library.cache.metrics import cache_redis
+from library.cache.reads import BOOK, book_detail, branch_tenant
 from library.cache.singleflight import lock_key
+from library.cache.store import cache_delete
 from library.models import Book
 from library.services import stock_correct
 
@@ -151,7 +153,6 @@ def book_key(book_id: int) -> str:
     from the row); ``book_key_checked`` proves the two agree before a lab relies on
     it, so a change to the application's key cannot make a lab's fix look good.
     """
-    from library.cache.reads import BOOK, branch_tenant
 
     row = (
         Book.objects.filter(pk=book_id)
@@ -176,8 +177,6 @@ def book_key_checked(book_id: int) -> str:
 
     Leaves the entry deleted, so the next reader of the book misses.
     """
-    from library.cache.reads import book_detail
-    from library.cache.store import cache_delete
 
     key = book_key(book_id)
     cache_delete(key)
@@ -187,6 +186,6 @@ def book_key_checked(book_id: int) -> str:
     if not stored:
         raise LabError(
             "live: library.cache.reads.book_detail no longer stores under the key "
-            "this lab builds (course/labs/live_store.py: book_key)"
+            "this lab builds (course/labs/harness/live_store.py: book_key)"
         )
     return key

@@ -1,144 +1,37 @@
-"""Lab for "Long-Running Jobs": chunks, a durable checkpoint, cancel and resume.
-
-Model part, the lesson's experiment:
-
-- ``records`` loans, loan ``i`` (1-based) out for ``i % 30`` days;
-- the report adds up the days chunk by chunk (``chunk`` loans per round, taken by
-  offset ``processed``, which advances by whole chunks as in the lesson's loop and
-  may overshoot ``records`` on the last one), writes ``processed`` and the running
-  total to the status record, *then* reports the percent (``Math.round``);
-- the progress callback raises the cancel signal once the percent reaches
-  ``cancel_at_pct``; the loop reads it at the top of the next round, so a signal
-  raised on the last chunk is never seen and the run completes (status ``done``);
-- a second run starts from the stored ``processed`` and total and completes.
-
-Tables: ``cancelled`` (processed, total, status of the first run), ``resumed``
-(processed, total, average_days = total / records, ``toFixed(2)``) and ``chunking``
-(for chunk sizes 100, 500, 3000, 10000: ``ceil(records / chunk)`` progress writes and
-a worst-case cancel delay of one chunk).
-
-Live part: the real monthly loan report (``jobs.report``) on a real rq worker
-process, over ``records`` loans of a throwaway branch (loan ``i`` out ``i % 30``
-days, as in the model). It is cancelled through the page's Cancel path
-(``jobs.report.report_cancel``, what the Cancel button's view calls) once its row
-shows ``cancel_at_pct`` percent, resumed (``report_resume``, the Resume button's
-path), and compared with an uninterrupted run over the same loans.
-"""
+"""The lab's live part: the same question asked of the real application."""
 
 from __future__ import annotations
 
 import math
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from course.labs.base import (
+from course.labs.harness import live as harness
+from course.labs.harness.base import (
     Cell,
-    Chart,
-    Lab,
     LabError,
-    Param,
     Params,
     Progress,
     Tables,
     int_param,
     table,
 )
-from course.labs.jsnum import js_fixed_number, js_round
+from course.labs.harness.jsnum import js_round
+from jobs import report
+from jobs.models import JobStatus
+from library.models import Book, Branch, Loan, Member
 
 if TYPE_CHECKING:
-    from course.labs.live import LiveSystem
+    from course.labs.harness.live import LiveSystem
 
-CHUNK_SIZES = (100, 500, 3000, 10000)
-DAYS_CYCLE = 30
-# The live part writes this many real loans at most (one throwaway branch).
-LIVE_MAX_RECORDS = 60_000
-LIVE_MIN_CHUNKS = 3
-# Pause after each live chunk, so the lab sees the threshold before the next one.
-LIVE_PAUSE_MS = 400
-LIVE_TIMEOUT_S = 240.0
-
-
-@dataclass
-class StatusRecord:
-    """The lesson's ``job_status`` row: what a run stored after its last chunk."""
-
-    status: str = ""
-    processed: int = 0
-    total: int = 0
-
-
-def loan_days(records: int) -> list[int]:
-    """Return the days of loans 1..records, in loan id order (the lesson's data)."""
-    return [i % DAYS_CYCLE for i in range(1, records + 1)]
-
-
-def generate_report(
-    record: StatusRecord,
-    days: list[int],
-    chunk: int,
-    cancel_at_pct: int | None,
-) -> bool:
-    """Run the lesson's ``generateReport`` on ``record``; return False if cancelled.
-
-    1. Start from the stored processed count and total (zero on a first run).
-    2. At the top of every round, stop if the signal was raised (status cancelled).
-    3. Add up one chunk by offset, store processed and total, then report the
-       percent; reaching ``cancel_at_pct`` raises the signal.
-    4. When processed reaches the record count, store status done.
-    """
-    count = len(days)
-    processed, total = record.processed, record.total
-    aborted = False
-    while processed < count:
-        if aborted:
-            record.status = "cancelled"
-            return False
-        total += sum(days[processed : processed + chunk])
-        processed += chunk
-        record.status, record.processed, record.total = "running", processed, total
-        percent = js_round(processed / count * 100)
-        if cancel_at_pct is not None and percent >= cancel_at_pct:
-            aborted = True
-    record.status, record.processed, record.total = "done", processed, total
-    return True
-
-
-def _average(total: int, records: int) -> float:
-    return js_fixed_number(total / records, 2)
-
-
-def model(params: Params, progress: Progress) -> Tables:
-    records = int_param(params, "records")
-    chunk = int_param(params, "chunk")
-    cancel_at = int_param(params, "cancel_at_pct")
-    days = loan_days(records)
-
-    progress(0.1, "first run, cancelled at the threshold")
-    record = StatusRecord()
-    generate_report(record, days, chunk, cancel_at)
-    cancelled: list[Cell] = [record.processed, record.total, record.status]
-
-    progress(0.5, "second run, from the stored checkpoint")
-    generate_report(record, days, chunk, None)
-    resumed: list[Cell] = [
-        record.processed,
-        record.total,
-        _average(record.total, records),
-    ]
-
-    progress(0.9, "chunk sizes")
-    chunking: list[list[Cell]] = [
-        [size, math.ceil(records / size), size] for size in CHUNK_SIZES
-    ]
-    return {
-        "cancelled": table(["processed", "total", "status"], [cancelled]),
-        "resumed": table(["processed", "total", "average_days"], [resumed]),
-        "chunking": table(["chunk", "progress_writes", "worst_cancel_delay"], chunking),
-    }
-
-
-# --- live part ------------------------------------------------------------------------
+from course.labs.long_running_jobs.model import (
+    DAYS_CYCLE,
+    LIVE_MAX_RECORDS,
+    LIVE_MIN_CHUNKS,
+    LIVE_PAUSE_MS,
+    LIVE_TIMEOUT_S,
+    average,
+)
 
 LIVE_COLUMNS = ["run", "processed", "total", "status", "average_days"]
 
@@ -156,8 +49,6 @@ def live(params: Params, progress: Progress) -> Tables:
     6. However it ends: delete the loans, the branch and the lab's report rows.
     """
     from django.db import connection
-
-    from course.labs import live as harness
 
     records = int_param(params, "records")
     chunk = int_param(params, "chunk")
@@ -200,8 +91,6 @@ class _LiveScope:
 
         from django.db import transaction
 
-        from library.models import Book, Branch, Loan, Member
-
         pickup = datetime.date(2000, 1, 3)
         with transaction.atomic():
             branch = Branch.objects.create(
@@ -230,9 +119,6 @@ class _LiveScope:
     def delete(self) -> None:
         from django.db import transaction
 
-        from jobs.models import JobStatus
-        from library.models import Book, Branch, Loan, Member
-
         if self.branch_id is None:
             return
         with transaction.atomic():
@@ -253,9 +139,6 @@ def _live_runs(
     records: int,
     progress: Progress,
 ) -> list[list[Cell]]:
-    from course.labs import live as harness
-    from jobs import report
-    from jobs.models import JobStatus
 
     def row_of(job_id: uuid.UUID) -> JobStatus:
         return JobStatus.objects.get(pk=job_id)
@@ -306,7 +189,7 @@ def _live_runs(
         report.report_resume(job_id=job.pk, queue=system.private_queue)
     resumed = wait_finished(job.pk, "the resumed report")
     processed, days = counts(resumed)
-    rows.append(["resumed", processed, days, resumed.state, _average(days, records)])
+    rows.append(["resumed", processed, days, resumed.state, average(days, records)])
 
     harness.live_step(progress, 0.75, "the same report, uninterrupted")
     clean = report.monthly_report_start(
@@ -319,52 +202,6 @@ def _live_runs(
     finished = wait_finished(clean.pk, "the uninterrupted report")
     processed, days = counts(finished)
     rows.append(
-        ["uninterrupted", processed, days, finished.state, _average(days, records)]
+        ["uninterrupted", processed, days, finished.state, average(days, records)]
     )
     return rows
-
-
-LAB = Lab(
-    slug="long-running-jobs",
-    title="Long-Running Jobs",
-    params=(
-        Param(
-            "records",
-            "int",
-            30000,
-            "loan records the report adds up",
-            minimum=1,
-            maximum=1_000_000,
-        ),
-        Param(
-            "chunk",
-            "int",
-            3000,
-            "records per round: one status write and one cancel check each",
-            minimum=1,
-            maximum=1_000_000,
-        ),
-        Param(
-            "cancel_at_pct",
-            "int",
-            40,
-            "the first run is cancelled once its progress reaches this percent",
-            minimum=0,
-            maximum=100,
-        ),
-    ),
-    model=model,
-    live=live,
-    charts=(
-        Chart(
-            table="chunking",
-            label="chunk",
-            values=("progress_writes",),
-            title="Progress writes per chunk size",
-        ),
-    ),
-    notes=(
-        "The live part writes `records` throwaway loans (one temporary branch, "
-        "deleted afterwards) and runs the real report on a real rq worker."
-    ),
-)

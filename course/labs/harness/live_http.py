@@ -34,9 +34,13 @@ import httpx
 from django.db import connection
 
 from course.instruments.processes import ROOT, child_environment, kill_group
-from course.labs.base import LabError, Progress
-from course.labs.live import live_step
+from course.labs.harness.base import LabError, Progress
+from course.labs.harness.live import live_step
+from library.cache import reads
 from library.cache.metrics import FLUSH_INTERVAL_S, metrics_read
+from library.cache.pages import page_key
+from library.cache.store import generations_bump
+from library.models import Book
 
 START_TIMEOUT_S: Final = 60.0
 # Past the servers' flush interval, so their next event sends the buffer.
@@ -260,8 +264,6 @@ def book_keys(book_ids: Iterable[int]) -> list[str]:
     The key names the row's version and update time (``reads.book_detail``), so it
     is read from the database here as there.
     """
-    from library.cache import reads
-    from library.models import Book
 
     rows = Book.objects.filter(pk__in=list(book_ids)).values_list(
         "pk", "branch_id", "version", "updated_at"
@@ -288,8 +290,6 @@ def page_keys(paths: Iterable[str]) -> list[str]:
     """
     from django.test import RequestFactory
 
-    from library.cache.pages import page_key
-
     factory = RequestFactory()
     found = (page_key(factory.get(path)) for path in paths)
     return [entry[0] for entry in found if entry is not None]
@@ -306,8 +306,6 @@ def server_cold(
     Book pages lose their data-tier and page-tier entries, branch pages their stock
     entry; members' history generations are bumped, the retirement a loan causes.
     """
-    from library.cache import reads
-    from library.cache.store import generations_bump
 
     books = list(books)
     doomed = [reads.STOCK.key(tenant=reads.branch_tenant(b)) for b in branches]

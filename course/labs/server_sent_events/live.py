@@ -1,83 +1,25 @@
-"""Lab for "Server-Sent Events": a stream cut, then resumed with Last-Event-ID.
-
-Model part: the lesson's ``sse.mjs`` and its reading script. The server has six
-events (ids 1 to 6); the first connection is cut after ``cut`` events (0: not cut);
-the second connection sends the id of the last event the client received as
-``Last-Event-ID`` (what a reconnecting ``EventSource`` sends; the lesson writes the
-3 it saw) and gets every later event. ``stream`` has one row per connection: the
-events it carried and the last id the client holds after it; ``totals`` the sums.
-
-Live part: the same exchange with this project's branch stream
-(``/realtime/branches/<id>/events``) on a daphne the lab starts. Six real outbox
-messages are written while the lab follows, by ``library.services.stock_correct``
-setting a book's shelf count to the count it already has (a recount: the number
-on the shelf does not change). The first ``cut`` are written while the first
-connection is open and read from it; the client then closes it; the rest are written
-with nobody listening and come back on the second connection, replayed from the
-outbox log after the offset the client sends. ``last_event_id`` is the real log
-offset; ``events_held`` counts the run's events the client has, the course's ids.
-The connection and event counts are the server's own counters (Redis deltas).
-"""
+"""The lab's live part: the same question asked of the real application."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Final
 
-from course.labs.base import (
+from course.labs.harness.base import (
     Cell,
-    Chart,
-    Lab,
     LabError,
-    Param,
     Params,
     Progress,
     Tables,
     int_param,
     table,
 )
-
-EVENT_IDS: Final = (1, 2, 3, 4, 5, 6)
-
-
-@dataclass(frozen=True)
-class Connection:
-    events: list[int]
-    last_event_id: int
-
-
-def connect(last_event_id: int, cut: int) -> Connection:
-    """Return what one connection to ``sse.mjs`` carries (cut 0: no cut)."""
-    sent: list[int] = []
-    for event_id in EVENT_IDS:
-        if event_id <= last_event_id:
-            continue
-        if cut and len(sent) == cut:
-            break
-        sent.append(event_id)
-    return Connection(sent, sent[-1] if sent else last_event_id)
-
-
-def model(params: Params, progress: Progress) -> Tables:
-    cut = int_param(params, "cut")
-    progress(0.2, "first connection, cut by the server")
-    first = connect(0, cut)
-    progress(0.5, "second connection, resumed with Last-Event-ID")
-    second = connect(first.last_event_id, 0)
-    rows: list[list[Cell]] = [
-        [index, len(c.events), c.last_event_id]
-        for index, c in enumerate((first, second), start=1)
-    ]
-    return {
-        "stream": table(["connection", "events", "last_event_id"], rows),
-        "totals": table(
-            ["connections", "events"], [[2, len(first.events) + len(second.events)]]
-        ),
-    }
-
-
-# --- live ----------------------------------------------------------------------
+from course.labs.harness.live import live_step
+from course.labs.harness.live_http import client_for, daphnes
+from course.labs.server_sent_events.model import EVENT_IDS
+from library.models import Book
+from library.services import stock_correct
+from realtime.polling import counters_read, log_head
 
 READ_TIMEOUT_S: Final = 15.0
 
@@ -113,12 +55,6 @@ def _wait_closed(client: object) -> None:
 
 def live(params: Params, progress: Progress) -> Tables:
     import httpx
-
-    from course.labs.live import live_step
-    from course.labs.live_http import client_for, daphnes
-    from library.models import Book
-    from library.services import stock_correct
-    from realtime.polling import counters_read, log_head
 
     cut = int_param(params, "cut")
     first_count = cut if 0 < cut < len(EVENT_IDS) else len(EVENT_IDS)
@@ -196,34 +132,3 @@ def live(params: Params, progress: Progress) -> Tables:
             ],
         ),
     }
-
-
-LAB = Lab(
-    slug="server-sent-events",
-    title="Server-Sent Events",
-    params=(
-        Param(
-            "cut",
-            "int",
-            3,
-            "events before the first connection is cut (0: not cut)",
-            minimum=0,
-            maximum=6,
-        ),
-    ),
-    model=model,
-    live=live,
-    charts=(
-        Chart(
-            table="stream",
-            label="connection",
-            values=("events",),
-            title="Events per connection",
-            unit="events",
-        ),
-    ),
-    notes=(
-        "The live part starts a daphne of this project and follows a branch's "
-        "event stream; the six events are real outbox messages (shelf recounts)."
-    ),
-)

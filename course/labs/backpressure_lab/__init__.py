@@ -1,0 +1,99 @@
+"""Lab for "Backpressure": a producer faster than its consumer, four queue policies.
+
+Model part (the course's ``simulation.mjs`` and ``stream.mjs``, ported literally):
+
+1. ``policies`` — a virtual clock advances one millisecond at a time for
+   ``window_ms``; integer accumulators rise by ``produce_per_s`` and
+   ``consume_per_s`` every millisecond and release one job per thousand. The queue
+   is unbounded, or bounded at ``capacity`` with tail drop, head drop or blocking
+   (a blocked job is not produced; the producer waits a millisecond and the
+   accumulator keeps rising). ``producer_wait_ms`` counts the blocked milliseconds.
+2. ``producer_signal`` — node:stream's Writable with a 16 KiB high-water mark and
+   sixty-four 1 KiB writes, each taking 5 ms: a producer that stops at ``write()``
+   returning false and waits for ``drain`` keeps the buffer at the mark; one that
+   ignores it buffers everything. ``writableLength`` counts the chunk being
+   written, and ``drain`` fires once the buffer is empty. Course constants.
+
+Live part (``live_policies``): the same four policies on a real bounded queue
+(``jobs.backpressure.BoundedQueue``) in front of a private rq queue drained by two
+real rq worker processes. The lab's process produces ``produce_per_s`` jobs per
+second for ``window_ms``; each job sleeps ``2000 / consume_per_s`` ms, so two
+workers would drain ``consume_per_s`` per second if forking a work-horse were free
+(it is not: the measured drain is slower). Unbounded is the same bound with a
+capacity no run reaches; tail drop is ``drop_newest``, head drop ``drop_oldest``,
+block is ``block`` with the rest of the window as its timeout. At the end of the
+window: delivered = jobs started, remaining = jobs still waiting, dropped = refused
+plus displaced, peak and the longest enqueue → start wait from the bound's own
+counters in Redis, with the mean wait (``average_wait_ms``); producer_wait_ms is the
+time the producer was held.
+"""
+
+from __future__ import annotations
+
+from course.labs.backpressure_lab.live import live
+from course.labs.backpressure_lab.model import model
+from course.labs.harness.base import Chart, Lab, Param
+
+__all__ = ["LAB"]
+
+
+LAB = Lab(
+    slug="backpressure",
+    title="Backpressure",
+    params=(
+        Param(
+            "window_ms",
+            "int",
+            10000,
+            "length of the run (ms)",
+            minimum=100,
+            maximum=120_000,
+        ),
+        Param(
+            "produce_per_s",
+            "int",
+            100,
+            "jobs produced per second",
+            minimum=1,
+            maximum=2000,
+        ),
+        Param(
+            "consume_per_s",
+            "int",
+            60,
+            "jobs consumed per second",
+            minimum=1,
+            maximum=2000,
+        ),
+        Param(
+            "capacity",
+            "int",
+            100,
+            "the bounded queue's capacity",
+            minimum=1,
+            maximum=100_000,
+        ),
+    ),
+    model=model,
+    live=live,
+    charts=(
+        Chart(
+            table="policies",
+            label="policy",
+            values=("delivered", "dropped", "remaining"),
+            title="Where the rate mismatch is written down",
+            unit="jobs",
+        ),
+        Chart(
+            table="policies",
+            label="policy",
+            values=("longest_wait_ms", "producer_wait_ms"),
+            title="Longest job wait and producer wait",
+            unit="ms",
+        ),
+    ),
+    notes=(
+        "The live part produces into a real bounded queue (jobs.backpressure) in "
+        "front of two real rq worker processes, one window per policy."
+    ),
+)

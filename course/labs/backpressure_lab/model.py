@@ -1,0 +1,132 @@
+"""The lab's model part: the lesson's experiment, self-contained."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from course.labs.harness.base import (
+    Cell,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
+from jobs.backpressure import Policy
+
+POLICIES = ("unbounded", "tail-drop", "head-drop", "block")
+POLICY_COLUMNS = [
+    "policy",
+    "produced",
+    "delivered",
+    "dropped",
+    "remaining",
+    "peak",
+    "longest_wait_ms",
+    "producer_wait_ms",
+]
+# The live table adds the mean wait of the delivered jobs: one slow fork of a work
+# horse moves the longest wait a lot, and the mean hardly.
+LIVE_POLICY_COLUMNS = [*POLICY_COLUMNS, "average_wait_ms"]
+# stream.mjs
+CHUNK_BYTES = 1024
+CHUNK_COUNT = 64
+HIGH_WATER_MARK = 16 * 1024
+# live
+LIVE_WORKERS = 2
+LIVE_POLICY: dict[str, Policy] = {
+    "unbounded": "drop_newest",
+    "tail-drop": "drop_newest",
+    "head-drop": "drop_oldest",
+    "block": "block",
+}
+UNBOUNDED = 10**9
+
+
+def simulate(
+    policy: str, *, window: int, produce: int, consume: int, capacity: int
+) -> list[Cell]:
+    """Return one ``policies`` row: the course's ``run(policy)``."""
+    queue: deque[int] = deque()
+    produced = delivered = dropped = blocked = 0
+    peak = longest_wait = 0
+    produce_acc = consume_acc = 0
+    for t in range(1, window + 1):
+        produce_acc += produce
+        while produce_acc >= 1000:
+            produce_acc -= 1000
+            produced += 1
+            if policy == "unbounded" or len(queue) < capacity:
+                queue.append(t)
+            elif policy == "tail-drop":
+                dropped += 1
+            elif policy == "head-drop":
+                queue.popleft()
+                dropped += 1
+                queue.append(t)
+            else:  # block: the producer waits
+                produced -= 1
+                produce_acc += 1000
+                blocked += 1
+                break
+        consume_acc += consume
+        while consume_acc >= 1000 and queue:
+            consume_acc -= 1000
+            longest_wait = max(longest_wait, t - queue.popleft())
+            delivered += 1
+        peak = max(peak, len(queue))
+    return [
+        policy,
+        produced,
+        delivered,
+        dropped,
+        len(queue),
+        peak,
+        longest_wait,
+        blocked,
+    ]
+
+
+def writable(*, listening: bool) -> tuple[int, int]:
+    """Return (full signals, buffer peak bytes) of stream.mjs's producer."""
+    length = 0  # writableLength: buffered bytes, the chunk being written included
+    full_signals = peak = 0
+    for _ in range(CHUNK_COUNT):
+        length += CHUNK_BYTES
+        has_room = length < HIGH_WATER_MARK
+        peak = max(peak, length)
+        if not has_room:
+            full_signals += 1
+            if listening:
+                length = 0  # "drain": everything buffered has been written
+    return full_signals, peak
+
+
+def model(params: Params, progress: Progress) -> Tables:
+    window = int_param(params, "window_ms")
+    produce = int_param(params, "produce_per_s")
+    consume = int_param(params, "consume_per_s")
+    capacity = int_param(params, "capacity")
+    rows: list[list[Cell]] = []
+    for index, policy in enumerate(POLICIES):
+        progress(index / 5, f"policy {policy}")
+        rows.append(
+            simulate(
+                policy,
+                window=window,
+                produce=produce,
+                consume=consume,
+                capacity=capacity,
+            )
+        )
+    progress(0.8, "stream write() and drain")
+    signal_rows: list[list[Cell]] = []
+    for mode in ("listening", "ignoring"):
+        full, peak = writable(listening=mode == "listening")
+        signal_rows.append([mode, full, peak])
+    return {
+        "policies": table(POLICY_COLUMNS, rows),
+        "producer_signal": table(
+            ["mode", "full_signals", "buffer_peak_bytes"], signal_rows
+        ),
+    }

@@ -1,0 +1,13 @@
+"""The labs' shared harness: what every lab is built from and runs on.
+
+- ``base``: a lab's definition (``Lab``, ``Param``, ``Table``, ``Chart``), its errors;
+- ``jsnum``: the course's JavaScript number semantics (``Math.round``, ``toFixed``,
+  the generator);
+- ``dataset``: the course's data set, loaded into a lab's own database;
+- ``live``: the sandbox a live part runs in (its own database, Redis database,
+  queues and processes, all removed afterwards);
+- ``live_http``, ``live_jobs``, ``live_store``, ``live_streams``: the live parts'
+  helpers for real HTTP servers, rq jobs, the real cache and the message streams.
+
+The harness imports no lab; the labs and ``course.labs.registry`` import the harness.
+"""

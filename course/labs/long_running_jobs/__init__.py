@@ -1,0 +1,80 @@
+"""Lab for "Long-Running Jobs": chunks, a durable checkpoint, cancel and resume.
+
+Model part, the lesson's experiment:
+
+- ``records`` loans, loan ``i`` (1-based) out for ``i % 30`` days;
+- the report adds up the days chunk by chunk (``chunk`` loans per round, taken by
+  offset ``processed``, which advances by whole chunks as in the lesson's loop and
+  may overshoot ``records`` on the last one), writes ``processed`` and the running
+  total to the status record, *then* reports the percent (``Math.round``);
+- the progress callback raises the cancel signal once the percent reaches
+  ``cancel_at_pct``; the loop reads it at the top of the next round, so a signal
+  raised on the last chunk is never seen and the run completes (status ``done``);
+- a second run starts from the stored ``processed`` and total and completes.
+
+Tables: ``cancelled`` (processed, total, status of the first run), ``resumed``
+(processed, total, average_days = total / records, ``toFixed(2)``) and ``chunking``
+(for chunk sizes 100, 500, 3000, 10000: ``ceil(records / chunk)`` progress writes and
+a worst-case cancel delay of one chunk).
+
+Live part: the real monthly loan report (``jobs.report``) on a real rq worker
+process, over ``records`` loans of a throwaway branch (loan ``i`` out ``i % 30``
+days, as in the model). It is cancelled through the page's Cancel path
+(``jobs.report.report_cancel``, what the Cancel button's view calls) once its row
+shows ``cancel_at_pct`` percent, resumed (``report_resume``, the Resume button's
+path), and compared with an uninterrupted run over the same loans.
+"""
+
+from __future__ import annotations
+
+from course.labs.harness.base import Chart, Lab, Param
+from course.labs.long_running_jobs.live import live
+from course.labs.long_running_jobs.model import model
+
+__all__ = ["LAB"]
+
+
+LAB = Lab(
+    slug="long-running-jobs",
+    title="Long-Running Jobs",
+    params=(
+        Param(
+            "records",
+            "int",
+            30000,
+            "loan records the report adds up",
+            minimum=1,
+            maximum=1_000_000,
+        ),
+        Param(
+            "chunk",
+            "int",
+            3000,
+            "records per round: one status write and one cancel check each",
+            minimum=1,
+            maximum=1_000_000,
+        ),
+        Param(
+            "cancel_at_pct",
+            "int",
+            40,
+            "the first run is cancelled once its progress reaches this percent",
+            minimum=0,
+            maximum=100,
+        ),
+    ),
+    model=model,
+    live=live,
+    charts=(
+        Chart(
+            table="chunking",
+            label="chunk",
+            values=("progress_writes",),
+            title="Progress writes per chunk size",
+        ),
+    ),
+    notes=(
+        "The live part writes `records` throwaway loans (one temporary branch, "
+        "deleted afterwards) and runs the real report on a real rq worker."
+    ),
+)

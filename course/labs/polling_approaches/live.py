@@ -1,0 +1,83 @@
+"""The lab's live part: the same question asked of the real application."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    Params,
+    Progress,
+    Tables,
+    int_param,
+    table,
+)
+from course.labs.harness.live import live_step
+from course.labs.harness.live_http import client_for, daphnes
+from course.labs.polling_approaches.model import ADVANCE_AFTER_MS, SHORT_POLLS_BEFORE
+from jobs.models import JobStatus
+from jobs.services import jobstatus_create, jobstatus_progress
+from realtime.polling import counters_read
+
+
+def live(params: Params, progress: Progress) -> Tables:
+
+    hold_ms = int_param(params, "hold_ms")
+    job = jobstatus_create(kind="lab", name="polling-approaches-live", params={})
+    try:
+        with daphnes(progress, ["on"]) as servers, client_for(servers[0]) as client:
+            status = f"/realtime/jobs/{job.pk}/status"
+            wait = f"/realtime/jobs/{job.pk}/wait"
+            live_step(progress, 0.3, "short polling: six requests")
+            before = counters_read()
+            short_statuses = [
+                client.get(status, params={"version": 1}).status_code
+                for _ in range(SHORT_POLLS_BEFORE)
+            ]
+            jobstatus_progress(job_id=job.pk, progress=10)  # version 2
+            short_statuses.append(client.get(status, params={"version": 1}).status_code)
+            middle = counters_read()
+            live_step(progress, 0.6, "long polling: two requests")
+
+            def advance() -> None:
+                time.sleep(ADVANCE_AFTER_MS / 1000)
+                jobstatus_progress(job_id=job.pk, progress=20)  # version 3
+
+            worker = threading.Thread(target=advance)
+            worker.start()
+            started = time.monotonic()
+            first = client.get(wait, params={"version": 2, "timeout_ms": hold_ms})
+            first_ms = (time.monotonic() - started) * 1000
+            worker.join()
+            started = time.monotonic()
+            second = client.get(wait, params={"version": 3, "timeout_ms": hold_ms})
+            second_ms = (time.monotonic() - started) * 1000
+            after = counters_read()
+    finally:
+        JobStatus.objects.filter(pk=job.pk).delete()
+    for response in (first, second):
+        if response.status_code not in (200, 204):
+            raise LabError(f"live: the long poll answered {response.status_code}")
+    rows: list[list[Cell]] = [
+        [
+            "short polling",
+            middle["short_requests"] - before["short_requests"],
+            middle["short_empty"] - before["short_empty"],
+        ],
+        [
+            "long polling",
+            after["long_requests"] - middle["long_requests"],
+            after["long_empty"] - middle["long_empty"],
+        ],
+    ]
+    timing: list[list[Cell]] = [
+        ["short polling", " ".join(str(s) for s in short_statuses), None],
+        ["long polling, first wait", str(first.status_code), round(first_ms)],
+        ["long polling, second wait", str(second.status_code), round(second_ms)],
+    ]
+    return {
+        "live_requests": table(["approach", "requests", "empty_responses"], rows),
+        "live_answers": table(["request", "statuses", "held_ms"], timing),
+    }

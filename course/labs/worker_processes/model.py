@@ -1,0 +1,86 @@
+"""The lab's model part: the lesson's experiment, self-contained."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import TYPE_CHECKING
+
+from course.labs.harness.base import (
+    Cell,
+    Params,
+    Progress,
+    Tables,
+    int_list_param,
+    int_param,
+    table,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+# The lesson's supervision run: five jobs, the third crashes whoever runs it.
+SUPERVISED_JOBS = (1, 2, 3, 4, 5)
+CRASHING_JOB = 3
+MAX_ATTEMPTS = 2
+INITIAL_WORKERS = 2
+
+
+def pool_slices(jobs: int, workers: int, job_ms: int) -> int:
+    """Return the slices ``jobs`` equal jobs take when ``workers`` pull them."""
+    free_at = [0] * workers  # when each worker can take its next job (ms)
+    heapq.heapify(free_at)
+    finished = 0
+    for _ in range(jobs):
+        start = heapq.heappop(free_at)
+        finished = max(finished, start + job_ms)
+        heapq.heappush(free_at, start + job_ms)
+    return math.floor(finished / job_ms)
+
+
+def supervise() -> tuple[list[int], list[int], int, int]:
+    """Run the lesson's supervision: (completed, dead letters, spawned, attempts).
+
+    Order does not change the outcome: every healthy job completes once, the
+    crashing one dies ``MAX_ATTEMPTS`` times and each death costs one replacement.
+    """
+    waiting = list(SUPERVISED_JOBS)
+    attempts: dict[int, int] = {}
+    completed: list[int] = []
+    dead: list[int] = []
+    spawned = INITIAL_WORKERS
+    while waiting:
+        job = waiting.pop(0)
+        attempts[job] = attempts.get(job, 0) + 1
+        if job != CRASHING_JOB:
+            completed.append(job)
+            continue
+        spawned += 1  # the worker died with the job; the supervisor replaces it
+        if attempts[job] < MAX_ATTEMPTS:
+            waiting.append(job)
+        else:
+            dead.append(job)
+    return sorted(completed), dead, spawned, attempts[CRASHING_JOB]
+
+
+def listing(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids) or "-"
+
+
+def model(params: Params, progress: Progress) -> Tables:
+    jobs = int_param(params, "jobs")
+    job_ms = int_param(params, "job_ms")
+    pool_rows: list[list[Cell]] = []
+    for workers in int_list_param(params, "workers"):
+        pool_rows.append([workers, jobs, pool_slices(jobs, workers, job_ms)])
+    progress(0.5, "pool")
+    completed, dead, spawned, attempts = supervise()
+    progress(1.0, "supervision")
+    return {
+        "pool": table(["workers", "jobs", "slices"], pool_rows),
+        "supervision": table(
+            ["completed", "dead_letter", "workers_spawned", "crashing_job_attempts"],
+            [[listing(completed), listing(dead), spawned, attempts]],
+        ),
+    }
