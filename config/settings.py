@@ -51,7 +51,7 @@ for _origin in CSRF_TRUSTED_ORIGINS:
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "config.admin_apps.ProjectAdminConfig",  # django.contrib.admin, our site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

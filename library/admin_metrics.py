@@ -9,10 +9,10 @@ the counters, the request and byte hit ratios, and the course's average-cost for
 Every request pays the lookup ``t_c``; only misses also pay the origin ``t_o``. With
 no cache every request pays ``t_o``, so the saving is ``t_o - T``.
 
-The URLs join the stock admin site through ``cache_metrics_install`` (called from
-``LibraryConfig.ready``): the site's ``get_urls`` is wrapped, so ``config/urls.py``
-and the site class stay as they are, and ``admin_view`` gives the pages the admin's
-login redirect, staff check and CSRF protection.
+The URLs join the project's admin site (``config.admin_site``) through
+``cache_metrics_pages``, which ``LibraryConfig.ready`` hands to ``add_pages``;
+``admin_view`` gives the pages the admin's login redirect, staff check and CSRF
+protection.
 
 Viewing needs an active staff account. Resetting forgets counters for every process
 and every window, so it also needs ``library.change_book`` (or a superuser): the
@@ -29,12 +29,12 @@ from typing import Final, cast
 
 import redis
 from django import forms
-from django.contrib import admin, messages
+from django.contrib import messages
 from django.contrib.admin import AdminSite
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, URLResolver, path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
@@ -53,7 +53,7 @@ __all__ = [
     "WINDOWS",
     "CostEstimate",
     "average_cost",
-    "cache_metrics_install",
+    "cache_metrics_pages",
     "metrics_report",
 ]
 
@@ -325,34 +325,14 @@ def _views(site: AdminSite) -> tuple[Callable[..., HttpResponse], ...]:
     return page, reset
 
 
-def cache_metrics_install(site: AdminSite = admin.site) -> None:
-    """Add ``cache-metrics/`` and ``cache-metrics/reset/`` to ``site``'s URLs.
-
-    Call once the apps are ready, before the URLconf is first loaded (it reads
-    ``site.urls`` lazily, on the first request). A second call does nothing.
-    """
-    if getattr(site, "_cache_metrics_installed", False):
-        return
-    stock = site.get_urls
+def cache_metrics_pages(site: AdminSite) -> list[URLPattern]:
+    """``cache-metrics/`` and ``cache-metrics/reset/`` for ``site`` (``add_pages``)."""
     page, reset = _views(site)
-
-    def get_urls() -> list[URLResolver | URLPattern]:
-        # Before the stock URLs: their "<app_label>/" catch-all would take ours.
-        return [
-            path(
-                "cache-metrics/",
-                site.admin_view(page),
-                name="cache_metrics",
-            ),
-            path(
-                "cache-metrics/reset/",
-                site.admin_view(reset),
-                name="cache_metrics_reset",
-            ),
-            *stock(),
-        ]
-
-    # An instance attribute shadows the method for this site only; a subclass would
-    # mean replacing admin.site, which config/urls.py and every register() use.
-    site.get_urls = get_urls  # type: ignore[method-assign]
-    site._cache_metrics_installed = True  # type: ignore[attr-defined]
+    return [
+        path("cache-metrics/", site.admin_view(page), name="cache_metrics"),
+        path(
+            "cache-metrics/reset/",
+            site.admin_view(reset),
+            name="cache_metrics_reset",
+        ),
+    ]

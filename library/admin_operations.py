@@ -16,9 +16,9 @@ count is shown per minute (or per hour) averaged over them.
 
 The data reach the page as JSON in a ``json_script`` element and
 ``static/js/operations.js`` draws them with uPlot (vendored, ``static/vendor/
-uplot``): no inline script. Viewing needs ``VIEW_OPERATIONS``; installed on the
-admin site by ``operations_history_install`` (from ``LibraryConfig.ready``) the way
-``library.admin_metrics`` installs the Cache metrics page.
+uplot``): no inline script. Viewing needs ``VIEW_OPERATIONS``; added to the
+admin site by ``operations_history_pages`` (from ``LibraryConfig.ready``) the way
+``library.admin_metrics`` adds the Cache metrics page.
 """
 
 from __future__ import annotations
@@ -30,12 +30,11 @@ from typing import Final, TypedDict
 
 import redis
 from django.conf import settings
-from django.contrib import admin
 from django.contrib.admin import AdminSite
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, URLResolver, path
+from django.urls import URLPattern, path
 from django.views.decorators.cache import never_cache
 
 from jobs.series import BUCKET_LIFETIME_S, History, Kind, series_read, series_specs
@@ -47,7 +46,7 @@ __all__ = [
     "WINDOWS",
     "Window",
     "operations_charts",
-    "operations_history_install",
+    "operations_history_pages",
 ]
 
 logger = logging.getLogger(__name__)
@@ -231,26 +230,12 @@ def _page(site: AdminSite) -> Callable[[HttpRequest], HttpResponse]:
     return page
 
 
-def operations_history_install(site: AdminSite = admin.site) -> None:
-    """Add ``operations-history/`` to ``site``'s URLs; a second call does nothing.
-
-    Call it as ``cache_metrics_install`` is called: once the apps are ready.
-    """
-    if getattr(site, "_operations_history_installed", False):
-        return
-    stock = site.get_urls
-    page = _page(site)
-
-    def get_urls() -> list[URLResolver | URLPattern]:
-        # Before the stock URLs: their "<app_label>/" catch-all would take ours.
-        return [
-            path(
-                "operations-history/",
-                site.admin_view(page),
-                name="operations_history",
-            ),
-            *stock(),
-        ]
-
-    site.get_urls = get_urls  # type: ignore[method-assign]
-    site._operations_history_installed = True  # type: ignore[attr-defined]
+def operations_history_pages(site: AdminSite) -> list[URLPattern]:
+    """``operations-history/`` for ``site`` (``add_pages``)."""
+    return [
+        path(
+            "operations-history/",
+            site.admin_view(_page(site)),
+            name="operations_history",
+        ),
+    ]

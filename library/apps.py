@@ -8,14 +8,20 @@ class LibraryConfig(AppConfig):
     def ready(self) -> None:
         # Imported here: the modules reach the admin site and the cache, which need
         # the app registry.
+        from django.contrib import admin
+
         import library.subscribers  # noqa: F401  (binds the library's handlers)
+        from config.admin_site import ProjectAdminSite
         from jobs.scheduler import periodic_tasks_register
-        from library.admin_metrics import cache_metrics_install
-        from library.admin_operations import operations_history_install
+        from library.admin_metrics import cache_metrics_pages
+        from library.admin_operations import operations_history_pages
         from library.periodic import PERIODIC_TASKS
         from library.telemetry import telemetry_register
 
-        cache_metrics_install()
-        operations_history_install()
+        # admin.site is the default site that config.admin_apps names.
+        site = admin.site
+        assert isinstance(site, ProjectAdminSite), "config.admin_apps sets the site"
+        site.add_pages(cache_metrics_pages)
+        site.add_pages(operations_history_pages)
         telemetry_register()
         periodic_tasks_register(*PERIODIC_TASKS)

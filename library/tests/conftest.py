@@ -13,6 +13,7 @@ from django.test import Client
 
 from library.cache import reads
 from library.cache.metrics import cache_redis
+from library.cache.reads import specs
 from library.cache.store import local_tier, refreshes_wait
 from library.models import Book, Branch, Member
 
@@ -28,8 +29,11 @@ def cache_tenants_of_this_test(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]
     restarts PostgreSQL's sequences), so "branch 1" would meet another test's pages.
     """
     scope = f"test{uuid.uuid4().hex[:10]}"
-    monkeypatch.setattr(reads, "branch_tenant", lambda pk: f"{scope}-branch-{pk}")
-    monkeypatch.setattr(reads, "member_tenant", lambda pk: f"{scope}-member-{pk}")
+    # Replaced in ``specs``, where the cache code looks them up, and in the package,
+    # where tests read them.
+    for module in (specs, reads):
+        monkeypatch.setattr(module, "branch_tenant", lambda pk: f"{scope}-branch-{pk}")
+        monkeypatch.setattr(module, "member_tenant", lambda pk: f"{scope}-member-{pk}")
     local_tier.clear()
     yield scope
     refreshes_wait(5)

@@ -122,7 +122,7 @@ def test_a_messages_cookie_bypasses_the_tier(client: Client, book: Book) -> None
 def test_only_shareable_responses_are_storable(change: str) -> None:
     response = HttpResponse(b"<p>page</p>")
     response["Cache-Control"] = "public, max-age=5"
-    assert pages._storable(response)
+    assert pages.storable(response)
     if change == "cookie":
         response.set_cookie("csrftoken", "secret")
     elif change == "csrf":
@@ -131,7 +131,7 @@ def test_only_shareable_responses_are_storable(change: str) -> None:
         response["Cache-Control"] = "private, max-age=5"
     else:
         response.status_code = 404
-    assert not pages._storable(response)
+    assert not pages.storable(response)
 
 
 def test_the_first_catalogue_page_is_split_into_copies(

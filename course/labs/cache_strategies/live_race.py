@@ -170,7 +170,7 @@ def live_race(run: str, race: LiveRace) -> None:
         return found.book.on_shelf
 
     def versioned_origin() -> object:
-        return reads._book_origin(RACE_BOOK)  # the producer book_detail itself uses
+        return reads.book_origin(RACE_BOOK)  # the producer book_detail itself uses
 
     orphan = book_key(RACE_BOOK)
     try:

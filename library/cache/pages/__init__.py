@@ -49,8 +49,8 @@ from library.cache.pages.keys import HOT_COPIES, PAGE, PAGES, page_key
 from library.cache.pages.keys import PageKind as PageKind
 from library.cache.pages.keys import PageLookup as PageLookup
 from library.cache.pages.middleware import PageCacheMiddleware
-from library.cache.pages.stored import _storable as _storable
 from library.cache.pages.stored import mark_rendered_page
+from library.cache.pages.stored import storable as storable
 
 __all__ = [
     "HOT_COPIES",

@@ -20,11 +20,11 @@ from library.cache.metrics import (
 )
 from library.cache.pages.keys import PAGE, page_key
 from library.cache.pages.stored import (
-    _body_key,
-    _first_keys,
-    _first_read,
-    _full,
-    _hit_counts,
+    body_key,
+    first_keys,
+    first_read,
+    full_response,
+    hit_counts,
 )
 from library.cache.store import cache_enabled
 
@@ -70,20 +70,20 @@ class PageTierASGI:
         start = time.perf_counter()
         client = self._client()
         try:
-            replies = await client.mget(_first_keys(lookup, request))
-            read = _first_read(lookup, request, replies)
+            replies = await client.mget(first_keys(lookup, request))
+            read = first_read(lookup, request, replies)
             answer, read_bytes = read.answer, read.hit_bytes
             if read.headers is not None:
-                body = await client.get(_body_key(lookup.key))
+                body = await client.get(body_key(lookup.key))
                 if body is not None:
-                    answer = _full(read.headers, cast(bytes, body))
+                    answer = full_response(read.headers, cast(bytes, body))
                     read_bytes += len(cast(bytes, body))
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page read")
             return False
         if answer is None:
             return False  # Django renders it, and the middleware stores it
-        if metrics_buffer(PAGE.namespace, **_hit_counts(read_bytes, start)):
+        if metrics_buffer(PAGE.namespace, **hit_counts(read_bytes, start)):
             await asyncio.to_thread(metrics_flush)
         headers = [
             (name.encode("latin-1"), value.encode("latin-1"))

@@ -28,9 +28,8 @@ from django.forms import CharField
 from django.http import HttpRequest
 from django.urls import Resolver404, resolve
 
-from library.cache import reads
 from library.cache.keys import KeySpec
-from library.cache.reads import LIST, SEARCH
+from library.cache.reads import LIST, SEARCH, specs
 from library.cache.store import generation_key
 from library.forms import BookSearchForm
 from library.models import Book
@@ -99,7 +98,7 @@ def _criteria(
 def _catalogue_key(
     request: HttpRequest, kwargs: dict[str, Any], query: Query
 ) -> tuple[str, str | None]:
-    tenant = reads.branch_tenant(int(kwargs["branch_id"]))
+    tenant = specs.branch_tenant(int(kwargs["branch_id"]))
     spec = SEARCH if query.get("q") else LIST
     key = PAGE.key(tenant=tenant, criteria=_criteria(request, "branch-books", query))
     return key, generation_key(spec.namespace, tenant)
@@ -108,7 +107,7 @@ def _catalogue_key(
 def _stock_list_key(
     request: HttpRequest, kwargs: dict[str, Any], query: Query
 ) -> tuple[str, str | None]:
-    tenant = reads.branch_tenant(int(kwargs["branch_id"]))
+    tenant = specs.branch_tenant(int(kwargs["branch_id"]))
     key = PAGE.key(tenant=tenant, criteria=_criteria(request, "branch-stock", query))
     return key, generation_key(LIST.namespace, tenant)
 
@@ -127,7 +126,7 @@ def _book_key(
         return None
     branch_id, version, updated_at = current
     key = PAGE.key(
-        tenant=reads.branch_tenant(branch_id),
+        tenant=specs.branch_tenant(branch_id),
         criteria={
             **_criteria(request, "book-detail", query),
             "v": version,

@@ -20,14 +20,14 @@ from library.cache.metrics import (
 )
 from library.cache.pages.keys import PAGE, PageLookup, may_be_page, page_key
 from library.cache.pages.stored import (
-    _body_key,
-    _first_keys,
-    _first_read,
-    _full,
-    _head,
-    _hit_counts,
-    _storable,
+    body_key,
+    first_keys,
+    first_read,
+    full_response,
+    hit_counts,
     shows_the_page_asked,
+    storable,
+    stored_head,
 )
 from library.cache.store import cache_enabled
 from library.cache.ttl import lifetime_with_jitter
@@ -97,19 +97,19 @@ class PageCacheMiddleware:
         start = time.perf_counter()
         try:
             # The head, the generation it depends on (and the body), in one trip.
-            replies = cache_redis().mget(_first_keys(lookup, request))
-            read = _first_read(lookup, request, replies)
+            replies = cache_redis().mget(first_keys(lookup, request))
+            read = first_read(lookup, request, replies)
             answer, read_bytes = read.answer, read.hit_bytes
             if read.headers is not None:  # validators did not match: the body too
-                body = cache_redis().get(_body_key(lookup.key))
+                body = cache_redis().get(body_key(lookup.key))
                 if body is not None:
-                    answer = _full(read.headers, cast(bytes, body))
+                    answer = full_response(read.headers, cast(bytes, body))
                     read_bytes += len(cast(bytes, body))
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page read")
             return None
         if answer is not None and metrics_buffer(
-            PAGE.namespace, **_hit_counts(read_bytes, start)
+            PAGE.namespace, **hit_counts(read_bytes, start)
         ):
             metrics_flush()
         return lookup, read.generation, answer
@@ -123,11 +123,11 @@ class PageCacheMiddleware:
         while the view renders, the page is stored under the old generation and the
         next reader, seeing the new one, treats it as a miss.
         """
-        if not lookup.storable or not _storable(response):
+        if not lookup.storable or not storable(response):
             return
         if not shows_the_page_asked(lookup, response):
             return
-        head = _head(response, generation)
+        head = stored_head(response, generation)
         kind = lookup.kind
         lifetime_ms = (
             lifetime_with_jitter(lookup.key, kind.lifetime_s, kind.jitter_s) * 1000
@@ -135,7 +135,7 @@ class PageCacheMiddleware:
         try:
             pipe = cache_redis().pipeline(transaction=True)
             pipe.set(lookup.key, head, px=lifetime_ms)
-            pipe.set(_body_key(lookup.key), response.content, px=lifetime_ms)
+            pipe.set(body_key(lookup.key), response.content, px=lifetime_ms)
             pipe.execute()
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page store")

@@ -25,11 +25,11 @@ _SKIPPED: Final = frozenset({"date", "content-length", "set-cookie", "x-page-cac
 _CSRF_FIELD: Final = b'name="csrfmiddlewaretoken"'
 
 
-def _body_key(key: str) -> str:
+def body_key(key: str) -> str:
     return f"{key}:body"
 
 
-def _head(response: HttpResponse, generation: int) -> bytes:
+def stored_head(response: HttpResponse, generation: int) -> bytes:
     headers = [
         [name, value]
         for name, value in response.items()
@@ -52,7 +52,7 @@ def _generation(raw: object) -> int:
     return 1 if raw is None else int(cast(bytes, raw))
 
 
-def _storable(response: HttpResponse) -> bool:
+def storable(response: HttpResponse) -> bool:
     cache_control = response.get("Cache-Control", "")
     return (
         response.status_code == 200
@@ -112,7 +112,7 @@ def _not_modified(
     return answer
 
 
-def _full(headers: list[list[str]], body: bytes) -> HttpResponse:
+def full_response(headers: list[list[str]], body: bytes) -> HttpResponse:
     response = HttpResponse(body)
     for name, value in headers:
         response[name] = value
@@ -124,7 +124,7 @@ def _conditional(request: HttpRequest) -> bool:
     return "If-None-Match" in request.headers or "If-Modified-Since" in request.headers
 
 
-class _Read(NamedTuple):
+class FirstRead(NamedTuple):
     """What the first round trip decided."""
 
     generation: int  # current, to stamp a page stored after a miss
@@ -133,34 +133,38 @@ class _Read(NamedTuple):
     hit_bytes: int
 
 
-def _first_keys(lookup: PageLookup, request: HttpRequest) -> list[str]:
+def first_keys(lookup: PageLookup, request: HttpRequest) -> list[str]:
     """The head, the generation, and the body unless a 304 may make it unneeded."""
     keys = [lookup.key, lookup.dependency or lookup.key]
     if not _conditional(request):
-        keys.append(_body_key(lookup.key))
+        keys.append(body_key(lookup.key))
     return keys
 
 
-def _first_read(lookup: PageLookup, request: HttpRequest, replies: list[Any]) -> _Read:
+def first_read(
+    lookup: PageLookup, request: HttpRequest, replies: list[Any]
+) -> FirstRead:
     head_data, raw_generation = replies[0], replies[1]
     generation = _generation(raw_generation) if lookup.dependency else 0
     head = None if head_data is None else _parse_head(cast(bytes, head_data))
     if head is None or head[0] != generation:
-        return _Read(generation, None, None, 0)
+        return FirstRead(generation, None, None, 0)
     headers = head[1]
     size = len(cast(bytes, head_data))
     not_modified = _not_modified(request, headers)
     if not_modified is not None:
-        return _Read(generation, not_modified, None, size)
+        return FirstRead(generation, not_modified, None, size)
     if len(replies) == 3:
         if replies[2] is None:  # the body was evicted on its own: a miss
-            return _Read(generation, None, None, 0)
+            return FirstRead(generation, None, None, 0)
         body = cast(bytes, replies[2])
-        return _Read(generation, _full(headers, body), None, size + len(body))
-    return _Read(generation, None, headers, size)
+        return FirstRead(
+            generation, full_response(headers, body), None, size + len(body)
+        )
+    return FirstRead(generation, None, headers, size)
 
 
-def _hit_counts(read_bytes: int, start: float) -> dict[str, int]:
+def hit_counts(read_bytes: int, start: float) -> dict[str, int]:
     return {
         "hits": 1,
         "hit_bytes": read_bytes,

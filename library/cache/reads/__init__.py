@@ -34,13 +34,14 @@ One sub-module per page kind, all re-exported here: ``books``, ``branches``,
 ``catalogue`` (catalogue pages, search and the stock list), ``history`` and
 ``invalidation``; ``specs`` holds the key specs, lifetimes and tenants, ``rows`` the
 helpers that rebuild rows and pages. Code in these modules calls the tenants through
-this package (``reads.branch_tenant``), never by a name bound at import.
+``specs`` (``specs.branch_tenant``), never by a name bound at import; the submodules
+never import this package, so it has no import cycle.
 """
 
 from __future__ import annotations
 
 from library.cache.reads.books import CachedBook, book_detail
-from library.cache.reads.books import _book_origin as _book_origin
+from library.cache.reads.books import book_origin as book_origin
 from library.cache.reads.branches import BranchPage, branch_page
 from library.cache.reads.catalogue import branch_books_page, branch_stock_list
 from library.cache.reads.history import member_history_page

@@ -7,10 +7,10 @@ from typing import TypedDict
 
 from library import selectors
 
-# Tenants are looked up through the package (``reads.branch_tenant``), as
-# ``library.cache.pages`` does, so a test that replaces them there reaches this code.
-from library.cache import reads
-from library.cache.reads.rows import _Absent, _datetime
+# Tenants are looked up through their module (``specs.branch_tenant``), never bound
+# at import, so a test that replaces them there reaches this code.
+from library.cache.reads import specs
+from library.cache.reads.rows import Absent, parse_datetime
 from library.cache.reads.specs import BOOK, BOOK_JITTER_S, BOOK_LIFETIME_S, BOOK_LOCAL_S
 from library.cache.store import cache_aside
 from library.models import Book, Branch, Loan
@@ -39,10 +39,10 @@ class CachedBook:
     open_loans: list[Loan]  # always empty: the staff's loan list is not cached
 
 
-def _book_origin(book_id: int) -> _BookValue:
+def book_origin(book_id: int) -> _BookValue:
     detail = selectors.book_detail(book_id=book_id)
     if detail is None:
-        raise _Absent
+        raise Absent
     book = detail.book
     return {
         "id": book.pk,
@@ -71,7 +71,7 @@ def book_detail(*, book_id: int) -> CachedBook | None:
         return None
     branch_id, version, updated_at = current
     key = BOOK.key(
-        tenant=reads.branch_tenant(branch_id),
+        tenant=specs.branch_tenant(branch_id),
         criteria={
             "id": book_id,
             "v": version,
@@ -82,12 +82,12 @@ def book_detail(*, book_id: int) -> CachedBook | None:
         value: _BookValue = cache_aside(
             key=key,
             namespace=BOOK.namespace,
-            produce=lambda: _book_origin(book_id),
+            produce=lambda: book_origin(book_id),
             lifetime_s=BOOK_LIFETIME_S,
             jitter_s=BOOK_JITTER_S,
             local_s=BOOK_LOCAL_S,
         )
-    except _Absent:  # deleted between the version read and the origin read
+    except Absent:  # deleted between the version read and the origin read
         return None
     branch = Branch(**value["branch"])
     book = Book(
@@ -97,7 +97,7 @@ def book_detail(*, book_id: int) -> CachedBook | None:
         publication_year=value["publication_year"],
         on_shelf=value["on_shelf"],
         version=value["version"],
-        updated_at=_datetime(value["updated_at"]),
+        updated_at=parse_datetime(value["updated_at"]),
         branch=branch,
     )
     return CachedBook(book=book, open_loans=[])

@@ -9,10 +9,10 @@ from django.conf import settings
 
 from library import selectors
 
-# Tenants are looked up through the package (``reads.branch_tenant``), as
-# ``library.cache.pages`` does, so a test that replaces them there reaches this code.
-from library.cache import reads
-from library.cache.reads.rows import _Absent
+# Tenants are looked up through their module (``specs.branch_tenant``), never bound
+# at import, so a test that replaces them there reaches this code.
+from library.cache.reads import specs
+from library.cache.reads.rows import Absent
 from library.cache.reads.specs import STOCK, STOCK_STALE_S
 from library.cache.store import stale_while_revalidate
 from library.models import Book, Branch
@@ -27,7 +27,7 @@ class BranchPage:
 def _branch_origin(branch_id: int) -> dict[str, Any]:
     detail = selectors.branch_detail(branch_id=branch_id)
     if detail is None:
-        raise _Absent
+        raise Absent
     b = detail.branch
     return {
         "branch": {
@@ -51,21 +51,21 @@ def _branch_origin(branch_id: int) -> dict[str, Any]:
     }
 
 
-def _branch_key(branch_id: int) -> str:
-    return STOCK.key(tenant=reads.branch_tenant(branch_id))
+def branch_key(branch_id: int) -> str:
+    return STOCK.key(tenant=specs.branch_tenant(branch_id))
 
 
 def branch_page(*, branch_id: int) -> BranchPage | None:
     """Return a branch's stock figures and busiest books, at most seconds old."""
     try:
         value, _ = stale_while_revalidate(
-            key=_branch_key(branch_id),
+            key=branch_key(branch_id),
             namespace=STOCK.namespace,
             produce=lambda: _branch_origin(branch_id),
             fresh_s=settings.CACHE_STOCK_FRESH_S,
             stale_s=STOCK_STALE_S,
         )
-    except _Absent:
+    except Absent:
         return None
     fields = value["branch"]
     branch = Branch(id=fields["id"], name=fields["name"], city=fields["city"])

@@ -8,10 +8,10 @@ from django.core.paginator import Page
 
 from library import selectors
 
-# Tenants are looked up through the package (``reads.branch_tenant``), as
-# ``library.cache.pages`` does, so a test that replaces them there reaches this code.
-from library.cache import reads
-from library.cache.reads.rows import _Absent, _page, _page_number
+# Tenants are looked up through their module (``specs.branch_tenant``), never bound
+# at import, so a test that replaces them there reaches this code.
+from library.cache.reads import specs
+from library.cache.reads.rows import Absent, canonical_page_number, page_of_rows
 from library.cache.reads.specs import LIST, LIST_JITTER_S, LIST_LIFETIME_S, SEARCH
 from library.cache.store import cache_aside, generation_get
 from library.models import Book, Branch
@@ -20,7 +20,7 @@ from library.models import Book, Branch
 def _books_origin(branch_id: int, query: str, number: int) -> dict[str, Any]:
     branch = selectors.branch_get(branch_id=branch_id)
     if branch is None:
-        raise _Absent
+        raise Absent
     page = selectors.branch_books_page(branch_id=branch_id, query=query, page=number)
     return {
         "branch": {"id": branch.pk, "name": branch.name, "city": branch.city},
@@ -44,8 +44,8 @@ def branch_books_page(
 ) -> tuple[Branch, Page[Book]] | None:
     """Return the branch and one page of its catalogue (searched when ``query``)."""
     spec = SEARCH if query else LIST
-    tenant = reads.branch_tenant(branch_id)
-    number = _page_number(page)
+    tenant = specs.branch_tenant(branch_id)
+    number = canonical_page_number(page)
     key = spec.key(
         tenant=tenant,
         generation=generation_get(spec.namespace, tenant),
@@ -59,18 +59,18 @@ def branch_books_page(
             lifetime_s=LIST_LIFETIME_S,
             jitter_s=LIST_JITTER_S,
         )
-    except _Absent:
+    except Absent:
         return None
     branch = Branch(**value["branch"])
     rows = [Book(branch_id=branch.pk, **row) for row in value["rows"]]
     per_page = selectors.BOOKS_PER_PAGE
-    return branch, _page(rows, value["count"], value["number"], per_page)
+    return branch, page_of_rows(rows, value["count"], value["number"], per_page)
 
 
 def _stock_list_origin(branch_id: int) -> dict[str, Any]:
     branch = selectors.branch_get(branch_id=branch_id)
     if branch is None:
-        raise _Absent
+        raise Absent
     books = list(
         Book.objects.filter(branch_id=branch_id)
         .order_by("title", "id")
@@ -91,7 +91,7 @@ def branch_stock_list(*, branch_id: int) -> dict[str, Any] | None:
     The whole list is one entry under the branch's list generation, so the change
     that retires the catalogue pages retires it too.
     """
-    tenant = reads.branch_tenant(branch_id)
+    tenant = specs.branch_tenant(branch_id)
     key = LIST.key(
         tenant=tenant,
         generation=generation_get(LIST.namespace, tenant),
@@ -105,6 +105,6 @@ def branch_stock_list(*, branch_id: int) -> dict[str, Any] | None:
             lifetime_s=LIST_LIFETIME_S,
             jitter_s=LIST_JITTER_S,
         )
-    except _Absent:
+    except Absent:
         return None
     return value

@@ -7,10 +7,16 @@ from typing import Any
 
 from library import selectors
 
-# Tenants are looked up through the package (``reads.branch_tenant``), as
-# ``library.cache.pages`` does, so a test that replaces them there reaches this code.
-from library.cache import reads
-from library.cache.reads.rows import _Absent, _date, _iso, _page, _page_number
+# Tenants are looked up through their module (``specs.branch_tenant``), never bound
+# at import, so a test that replaces them there reaches this code.
+from library.cache.reads import specs
+from library.cache.reads.rows import (
+    Absent,
+    canonical_page_number,
+    iso_or_none,
+    page_of_rows,
+    parse_date,
+)
 from library.cache.reads.specs import HISTORY, HISTORY_JITTER_S, HISTORY_LIFETIME_S
 from library.cache.store import cache_aside, generation_get
 from library.models import Book, Branch, Loan, Member
@@ -19,7 +25,7 @@ from library.models import Book, Branch, Loan, Member
 def _history_origin(member_id: int, number: int) -> dict[str, Any]:
     history = selectors.member_history_page(member_id=member_id, page=number)
     if history is None:
-        raise _Absent
+        raise Absent
     m = history.member
     return {
         "member": {
@@ -27,7 +33,7 @@ def _history_origin(member_id: int, number: int) -> dict[str, Any]:
             "first_name": m.first_name,
             "last_name": m.last_name,
             "email": m.email,
-            "registered_at": _iso(m.registered_at),
+            "registered_at": iso_or_none(m.registered_at),
             "user_id": m.user_id,
         },
         "total": history.total,
@@ -37,8 +43,8 @@ def _history_origin(member_id: int, number: int) -> dict[str, Any]:
         "rows": [
             {
                 "id": loan.pk,
-                "pickup_date": _iso(loan.pickup_date),
-                "return_date": _iso(loan.return_date),
+                "pickup_date": iso_or_none(loan.pickup_date),
+                "return_date": iso_or_none(loan.return_date),
                 "book": {
                     "id": loan.book.pk,
                     "title": loan.book.title,
@@ -68,7 +74,7 @@ def _loan(row: dict[str, Any], member: Member) -> Loan:
         book=book,
         member=member,
         pickup_date=datetime.date.fromisoformat(row["pickup_date"]),
-        return_date=_date(row["return_date"]),
+        return_date=parse_date(row["return_date"]),
     )
 
 
@@ -80,8 +86,8 @@ def member_history_page(
     The entry is only ever read under the member's own tenant; whether the caller
     may see it is the view's decision, taken on the returned ``member.user_id``.
     """
-    tenant = reads.member_tenant(member_id)
-    number = _page_number(page)
+    tenant = specs.member_tenant(member_id)
+    number = canonical_page_number(page)
     key = HISTORY.key(
         tenant=tenant,
         generation=generation_get(HISTORY.namespace, tenant),
@@ -95,15 +101,17 @@ def member_history_page(
             lifetime_s=HISTORY_LIFETIME_S,
             jitter_s=HISTORY_JITTER_S,
         )
-    except _Absent:
+    except Absent:
         return None
     fields = dict(value["member"])
-    fields["registered_at"] = _date(fields["registered_at"])
+    fields["registered_at"] = parse_date(fields["registered_at"])
     member = Member(**fields)
     rows = [_loan(row, member) for row in value["rows"]]
     return selectors.MemberHistory(
         member=member,
-        loans=_page(rows, value["count"], value["number"], selectors.LOANS_PER_PAGE),
+        loans=page_of_rows(
+            rows, value["count"], value["number"], selectors.LOANS_PER_PAGE
+        ),
         total=value["total"],
         open=value["open"],
     )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-# Tenants are looked up through the package (``reads.branch_tenant``), as
-# ``library.cache.pages`` does, so a test that replaces them there reaches this code.
-from library.cache import reads
-from library.cache.reads.branches import _branch_key
+# Tenants are looked up through their module (``specs.branch_tenant``), never bound
+# at import, so a test that replaces them there reaches this code.
+from library.cache.reads import specs
+from library.cache.reads.branches import branch_key
 from library.cache.reads.specs import HISTORY, LIST, SEARCH
 from library.cache.store import generations_bump
 
@@ -22,8 +22,8 @@ def change_invalidate(branch_id: int, member_id: int | None = None) -> None:
     per loan inside the drain, which the outbox benchmark measured as a large share
     of the drain's time; the next reader rebuilds it once, behind single-flight.
     """
-    tenant = reads.branch_tenant(branch_id)
+    tenant = specs.branch_tenant(branch_id)
     generations = [(LIST.namespace, tenant), (SEARCH.namespace, tenant)]
     if member_id is not None:
-        generations.append((HISTORY.namespace, reads.member_tenant(member_id)))
-    generations_bump(generations, delete=(_branch_key(branch_id),))
+        generations.append((HISTORY.namespace, specs.member_tenant(member_id)))
+    generations_bump(generations, delete=(branch_key(branch_id),))

@@ -13,11 +13,11 @@ from django.core.paginator import Page, Paginator
 from library import selectors
 
 
-class _Absent(Exception):
+class Absent(Exception):
     """The origin has no such row: nothing is stored, the caller answers None."""
 
 
-def _page_number(raw: selectors.PageNumber) -> int:
+def canonical_page_number(raw: selectors.PageNumber) -> int:
     # Canonical before it reaches the key: "01", "1" and a missing page are one page,
     # and garbage is page 1 (as Paginator.get_page would answer anyway).
     try:
@@ -27,15 +27,15 @@ def _page_number(raw: selectors.PageNumber) -> int:
     return max(number, 1)
 
 
-def _iso(moment: datetime.datetime | datetime.date | None) -> str | None:
+def iso_or_none(moment: datetime.datetime | datetime.date | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def _datetime(text: str) -> datetime.datetime:
+def parse_datetime(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text)
 
 
-def _date(text: str | None) -> datetime.date | None:
+def parse_date(text: str | None) -> datetime.date | None:
     return None if text is None else datetime.date.fromisoformat(text)
 
 
@@ -65,6 +65,6 @@ class _Rows(Sequence[Any]):
         raise IndexError("only the cached page can be read")
 
 
-def _page(rows: list[Any], count: int, number: int, per_page: int) -> Page[Any]:
+def page_of_rows(rows: list[Any], count: int, number: int, per_page: int) -> Page[Any]:
     paginator = Paginator(_Rows(rows, count), per_page)
     return paginator.page(number) if count else paginator.get_page(1)

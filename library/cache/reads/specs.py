@@ -1,7 +1,7 @@
 """The key specs, lifetimes and tenants of the cached reads.
 
-Callers reach the tenants through the package (``reads.branch_tenant``), so that a
-test replacing them there changes every key built afterwards.
+Callers reach the tenants through this module (``specs.branch_tenant``), so that a
+test replacing them here changes every key built afterwards.
 """
 
 from __future__ import annotations

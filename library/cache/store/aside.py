@@ -21,7 +21,7 @@ from library.cache.metrics import (
     redis_usable,
 )
 from library.cache.singleflight import MISSING, Missing, single_flight
-from library.cache.store.codec import _ms_since, decode, encode
+from library.cache.store.codec import decode, encode, ms_since
 from library.cache.store.local import local_tier
 from library.cache.store.switch import cache_enabled
 from library.cache.ttl import lifetime_with_jitter
@@ -32,19 +32,19 @@ DEFAULT_LEASE_MS: Final = 5_000
 DEFAULT_WAIT_MS: Final = 3_000
 
 
-def _measured(produce: Callable[[], T], namespace: str) -> Callable[[], bytes]:
+def measured(produce: Callable[[], T], namespace: str) -> Callable[[], bytes]:
     """Wrap ``produce`` so each origin call is timed and the value stored as bytes."""
 
     def produce_bytes() -> bytes:
         start = time.perf_counter()
         value = produce()
-        metrics_record(namespace, origin_calls=1, origin_ms_total=_ms_since(start))
+        metrics_record(namespace, origin_calls=1, origin_ms_total=ms_since(start))
         return encode(value)
 
     return produce_bytes
 
 
-def _origin_only(produce: Callable[[], T], namespace: str) -> T:
+def origin_only(produce: Callable[[], T], namespace: str) -> T:
     start = time.perf_counter()
     value = produce()
     metrics_record(
@@ -52,12 +52,12 @@ def _origin_only(produce: Callable[[], T], namespace: str) -> T:
         misses=1,
         miss_bytes=len(encode(value)),
         origin_calls=1,
-        origin_ms_total=_ms_since(start),
+        origin_ms_total=ms_since(start),
     )
     return value
 
 
-def _redis_read(key: str) -> Callable[[], bytes | Missing]:
+def redis_read(key: str) -> Callable[[], bytes | Missing]:
     def read() -> bytes | Missing:
         raw = cache_redis().get(key)
         return MISSING if raw is None else cast(bytes, raw)
@@ -65,7 +65,7 @@ def _redis_read(key: str) -> Callable[[], bytes | Missing]:
     return read
 
 
-def _redis_write(key: str, lifetime_ms: int, namespace: str) -> Callable[[bytes], None]:
+def redis_write(key: str, lifetime_ms: int, namespace: str) -> Callable[[bytes], None]:
     def write(data: bytes) -> None:
         cache_redis().set(key, data, px=lifetime_ms)
         metrics_record(namespace, sets=1)
@@ -93,29 +93,29 @@ def cache_aside(
     many seconds, for hot keys that tolerate that much staleness.
     """
     if not cache_enabled():
-        return _origin_only(produce, namespace)
+        return origin_only(produce, namespace)
     if local_s > 0:
         local = local_tier.get(key, namespace=namespace)
         if local is not None:
             metrics_record(namespace, hits=1, local_hits=1, hit_bytes=len(local))
             return cast(T, decode(local))
     if not redis_usable():
-        return _origin_only(produce, namespace)
+        return origin_only(produce, namespace)
     start = time.perf_counter()
     try:
         raw = cache_redis().get(key)
     except redis.RedisError as error:
         redis_failed(error, namespace=namespace, during="cache-aside read")
-        return _origin_only(produce, namespace)
-    lookup_ms = _ms_since(start)
+        return origin_only(produce, namespace)
+    lookup_ms = ms_since(start)
     data: bytes
     if raw is not None:
         data = cast(bytes, raw)
         metrics_record(namespace, hits=1, hit_bytes=len(data), cache_ms_total=lookup_ms)
     else:
         lifetime_ms = lifetime_with_jitter(key, lifetime_s, jitter_s) * 1000
-        produce_bytes = _measured(produce, namespace)
-        write = _redis_write(key, lifetime_ms, namespace)
+        produce_bytes = measured(produce, namespace)
+        write = redis_write(key, lifetime_ms, namespace)
         if singleflight:
             data, _ = single_flight(
                 key,
@@ -123,7 +123,7 @@ def cache_aside(
                 lease_ms=lease_ms,
                 wait_ms=wait_ms,
                 namespace=namespace,
-                read=_redis_read(key),
+                read=redis_read(key),
                 write=write,
             )
         else:

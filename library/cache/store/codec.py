@@ -22,5 +22,5 @@ def decode(data: bytes) -> Any:
     return json.loads(data)
 
 
-def _ms_since(start: float) -> int:
+def ms_since(start: float) -> int:
     return round((time.perf_counter() - start) * 1000)

@@ -25,12 +25,12 @@ from library.cache.singleflight import lock_acquire, lock_release, single_flight
 from library.cache.store.aside import (
     DEFAULT_LEASE_MS,
     DEFAULT_WAIT_MS,
-    _measured,
-    _origin_only,
-    _redis_read,
-    _redis_write,
+    measured,
+    origin_only,
+    redis_read,
+    redis_write,
 )
-from library.cache.store.codec import _ms_since, decode
+from library.cache.store.codec import decode, ms_since
 from library.cache.store.switch import cache_enabled
 from library.cache.ttl import lifetime_capped
 
@@ -81,16 +81,16 @@ def stale_while_revalidate(
     """
     lifetime_ms = _swr_lifetime_ms(fresh_s, stale_s)
     if not cache_enabled():
-        return _origin_only(produce, namespace), False
+        return origin_only(produce, namespace), False
     if not redis_usable():
-        return _origin_only(produce, namespace), False
+        return origin_only(produce, namespace), False
     start = time.perf_counter()
     try:
         raw = cache_redis().get(key)
     except redis.RedisError as error:
         redis_failed(error, namespace=namespace, during="stale-while-revalidate read")
-        return _origin_only(produce, namespace), False
-    lookup_ms = _ms_since(start)
+        return origin_only(produce, namespace), False
+    lookup_ms = ms_since(start)
     if raw is not None:
         data = cast(bytes, raw)
         entry = decode(data)
@@ -108,7 +108,7 @@ def stale_while_revalidate(
         )
         _refresh_start(key, namespace, produce, fresh_s, lifetime_ms, lease_ms)
         return cast(T, entry["v"]), True
-    produce_bytes = _measured(produce, namespace)
+    produce_bytes = measured(produce, namespace)
 
     def produce_envelope() -> bytes:
         return _envelope(produce_bytes(), fresh_s)
@@ -119,8 +119,8 @@ def stale_while_revalidate(
         lease_ms=lease_ms,
         wait_ms=wait_ms,
         namespace=namespace,
-        read=_redis_read(key),
-        write=_redis_write(key, lifetime_ms, namespace),
+        read=redis_read(key),
+        write=redis_write(key, lifetime_ms, namespace),
     )
     metrics_record(namespace, misses=1, miss_bytes=len(data), cache_ms_total=lookup_ms)
     return cast(T, decode(data)["v"]), False
@@ -173,7 +173,7 @@ def _refresh(
         raw = cache_redis().get(key)
         if raw is not None and _is_fresh(decode(cast(bytes, raw))):
             return
-        data = _envelope(_measured(produce, namespace)(), fresh_s)
+        data = _envelope(measured(produce, namespace)(), fresh_s)
         cache_redis().set(key, data, px=lifetime_ms)
         metrics_record(namespace, sets=1)
     except redis.RedisError as error:
