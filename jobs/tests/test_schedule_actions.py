@@ -16,7 +16,6 @@ from jobs.locks import LeaseLock
 from jobs.management.commands.scheduler import Command
 from jobs.models import ScheduledTaskAction, ScheduledTaskState
 from jobs.recurrence import (
-    TASKS_BY_NAME,
     Daily,
     Every,
     MonthEnd,
@@ -24,7 +23,7 @@ from jobs.recurrence import (
     current_slot,
     next_run,
 )
-from jobs.scheduler import lease_name, scheduled_run
+from jobs.scheduler import TASKS_BY_NAME, lease_name, scheduled_run
 from jobs.scheduler_actions import (
     ScheduleActionError,
     scheduled_task_action_run,

@@ -24,12 +24,12 @@ from library.services import loan_issue
 from messaging.services import messaging_drain
 from realtime.accounting import (
     BROADCASTS_KEY,
-    broadcasts_send,
     counters_read,
     group_key,
     group_size,
     redis_client,
 )
+from realtime.broadcast import broadcasts_send
 from tests.processes import free_port, start_daphne, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
