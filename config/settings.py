@@ -13,6 +13,7 @@ import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_file_load, env_int, env_list, env_str
+from config.redis_async import connection_options
 from config.redis_server import choose_redis, with_db
 
 # Lets annotations such as ModelAdmin[Book] work at run time, not only under mypy.
@@ -205,11 +206,12 @@ LAB_QUEUE_CAPACITY = env_int("LIBRARY_LAB_QUEUE_CAPACITY", 20, minimum=1)
 # an idle consumer's read could time out first and kill its socket with 1011. The read
 # timeout stays finite, to notice a Redis that stopped answering, but clears the pop
 # by three times its length.
-_CHANNEL_HOST: dict[str, object] = {
-    "address": REDIS_URL,
-    "socket_timeout": 15,
-    "socket_connect_timeout": 2,
-}
+# The connections keep a task's cancellation (config.redis_async): on Python 3.11 a
+# cancel landing during a write is otherwise lost, and the consumer's receive loop
+# then polls Redis for ever.
+_CHANNEL_HOST: dict[str, object] = connection_options(
+    REDIS_URL, socket_timeout=15, socket_connect_timeout=2
+)
 if not REDIS_URL.startswith("unix:"):
     # TCP only: redis-py's unix-socket connection (the embedded Redis) takes no
     # keepalive option and refuses to start with it.

@@ -37,6 +37,8 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from config.redis_async import async_redis
+
 log = logging.getLogger("realtime")
 
 BROADCASTS_KEY: Final = "realtime:broadcasts"
@@ -62,7 +64,7 @@ def _async_client() -> aioredis.Redis:
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
-        client = aioredis.Redis.from_url(
+        client = async_redis(
             settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
         )
         _async_clients[loop] = client

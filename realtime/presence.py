@@ -61,6 +61,8 @@ from django.conf import settings
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from config.redis_async import async_redis
+
 log = logging.getLogger("realtime")
 
 BROADCAST_INTERVAL_MS: Final = 1000
@@ -208,7 +210,7 @@ def _connection() -> _Connection:
     if found is None:
         # No retries: the default (three, with backoff) would hold a consumer's
         # connect for seconds while Redis is down; the next beat is the retry.
-        client = aioredis.Redis.from_url(
+        client = async_redis(
             url,
             socket_timeout=1.0,
             socket_connect_timeout=1.0,

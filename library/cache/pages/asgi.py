@@ -12,6 +12,7 @@ import redis.asyncio
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 
+from config.redis_async import async_redis
 from library.cache.metrics import (
     metrics_buffer,
     metrics_flush,
@@ -54,7 +55,7 @@ class PageTierASGI:
         loop = asyncio.get_running_loop()
         client = self._clients.get(id(loop))
         if client is None:
-            client = redis.asyncio.Redis.from_url(
+            client = async_redis(
                 settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=1.0
             )
             self._clients[id(loop)] = client
