@@ -200,6 +200,16 @@ LAB_ROUTES = env_bool("LIBRARY_LAB_ROUTES", False)
 LAB_WORK_CAPACITY = env_int("LIBRARY_LAB_WORK_CAPACITY", 0, minimum=0)
 # Waiting places of the bounded "labs" queue (jobs.backpressure, drop_newest).
 LAB_QUEUE_CAPACITY = env_int("LIBRARY_LAB_QUEUE_CAPACITY", 20, minimum=1)
+# Redis databases a live lab run may take as its sandbox (course.sandbox), one per
+# run at a time; the operator's own database is never among them.
+try:
+    LAB_SANDBOX_REDIS_DBS = [
+        int(db) for db in env_list("LIBRARY_LAB_REDIS_DBS", ["1", "2", "3", "4"])
+    ]
+except ValueError:
+    raise ImproperlyConfigured(
+        "LIBRARY_LAB_REDIS_DBS must list Redis database numbers, e.g. 1,2,3,4"
+    ) from None
 
 # channels-redis waits for a consumer's next message with a 5 s blocking pop
 # (RedisChannelLayer.brpop_timeout); redis-py's default read timeout is also 5 s, so

@@ -16,6 +16,7 @@ from course.labs.harness.base import Lab, LabError, NoLivePart, Params, Progress
 from course.labs.harness.live import LIVE_PREFIX
 from course.labs.registry import lab_get
 from course.models import LessonProgress
+from course.sandbox import lab_run_sandboxed
 from course.selectors import LAB_JOB_KIND, lab_job_get
 from jobs.backpressure import Admission, BoundedQueue
 from jobs.models import JobStatus
@@ -156,7 +157,7 @@ def lab_run_execute(*, job_id: uuid.UUID) -> None:
         lab = lab_get(job.name)
         params = lab.validate(stored)
         jobstatus_progress(job_id=job_id, progress=_MODEL_START, message="starting")
-        result = lab.run(params, live=live, progress=report)
+        result = lab_run_sandboxed(lab, params, live=live, progress=report)
     except LabError as error:
         jobstatus_fail(job_id=job_id, error=str(error))
         return

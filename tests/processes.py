@@ -6,6 +6,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from course.instruments.processes import (
     ROOT,
@@ -15,7 +17,38 @@ from course.instruments.processes import (
 )
 from course.instruments.processes import start_manage as _start_manage
 
-__all__ = ["ROOT", "child_env", "free_port", "manage", "start_daphne", "stop"]
+__all__ = [
+    "ROOT",
+    "child_env",
+    "free_port",
+    "manage",
+    "start_daphne",
+    "stop",
+    "wait_until",
+]
+
+T = TypeVar("T")
+# Generous on purpose: a wait ends as soon as its condition holds, so the deadline
+# costs nothing on a quick machine and only a hung process ever reaches it.
+WAIT_DEADLINE_S = 60.0
+
+
+def wait_until(
+    condition: Callable[[], T], what: str, deadline_s: float = WAIT_DEADLINE_S
+) -> T:
+    """Poll ``condition`` until it returns something true, and return that.
+
+    The one way these tests wait for another process: for the exact condition the
+    test needs next, never a fixed sleep.
+    """
+    end = time.monotonic() + deadline_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise TimeoutError(f"waited {deadline_s:.0f} s for {what}")
+        time.sleep(0.02)
 
 
 def child_env() -> dict[str, str]:

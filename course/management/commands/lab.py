@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from course.labs.harness.base import Cell, LabError, LabResult, Table
 from course.labs.registry import LABS, lab_get
+from course.sandbox import lab_run_sandboxed
 
 
 class Command(BaseCommand):
@@ -54,7 +55,7 @@ class Command(BaseCommand):
                 return
             overrides = _parse_overrides(options["overrides"])
             params = lab.resolve(overrides)
-            result = lab.run(params, live=options["live"])
+            result = lab_run_sandboxed(lab, params, live=options["live"])
         except LabError as error:
             self._fail(str(error))
         if options["json"]:

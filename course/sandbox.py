@@ -1,0 +1,598 @@
+"""The sandbox a live lab run works in: its own database, Redis database and processes.
+
+A live part measures the real system, so it writes loans, deliveries, cache entries,
+counters and rq registries, and it starts (and kills) workers and daphnes. None of
+that may reach the operator's library. A sandbox gives the run:
+
+- **a database of its own**: on SQLite a file under ``var/labs/<id>/``, on PostgreSQL
+  a database named ``library_lab_<id>`` on the operator's server. Both are copies of
+  a migrated template (one per migration state, built once and kept), so a run pays
+  a file copy or a ``CREATE DATABASE … TEMPLATE`` instead of a full migration;
+- **a Redis database of its own**: one of the numbered databases listed in
+  ``LAB_SANDBOX_REDIS_DBS``, never the operator's. rq queues, the channel layer, the
+  cache and every counter live inside it, so queue names need no prefix, and the
+  operator's workers, which read their own database, never see a lab's job;
+- **its processes marked**: everything started with the sandbox's environment carries
+  ``LIBRARY_SANDBOX=<id>``, inherited by grandchildren (rq's work-horses, daphnes a
+  live part starts), so removal finds and kills every one of them by that mark even
+  when the process that started them was killed.
+
+Removal drops the database, empties the Redis database and deletes the directory.
+It runs when the run ends however it ends; a run whose own process was killed
+(SIGKILL leaves no ``finally``) is removed by ``sandbox_sweep``, which maintenance
+calls: a sandbox whose owner process is gone and whose Redis lease has expired.
+
+Claiming a Redis database is atomic (one Lua script): a database is taken only if it
+is empty or holds a stale sandbox (its marker, no live lease). A database holding
+anything else (another program's data) is never claimed and never flushed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import django
+import redis
+from django.apps import apps
+from django.conf import settings
+from django.db import connection
+
+from config.redis_server import with_db
+from course.instruments.processes import (
+    ROOT,
+    child_environment,
+    current_database_url,
+    manage_command,
+)
+from course.labs.harness.base import (
+    Lab,
+    LabError,
+    LabResult,
+    NoLivePart,
+    Params,
+    Progress,
+    Tables,
+    clean_tables,
+    no_progress,
+)
+from course.labs.harness.live import LIVE_PREFIX
+
+log = logging.getLogger("course.sandbox")
+
+SANDBOX_ENV: Final = "LIBRARY_SANDBOX"
+# Keys of a claimed Redis database: the marker names the sandbox for as long as the
+# database holds its data; the lease lives while the owner is alive and renews it.
+MARKER_KEY: Final = "lab:sandbox:marker"
+LEASE_KEY: Final = "lab:sandbox:lease"
+LEASE_S: Final = 60
+RENEW_EVERY_S: Final = 10.0
+MIGRATE_TIMEOUT_S: Final = 600.0
+
+# KEYS: marker, lease. ARGV: sandbox id, lease seconds. Returns 1 if claimed.
+_CLAIM = """
+local size = redis.call('DBSIZE')
+if size > 0 then
+  if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 1 then
+    return 0
+  end
+  redis.call('FLUSHDB')
+end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[1], 'EX', tonumber(ARGV[2]))
+return 1
+"""
+
+
+class SandboxError(RuntimeError):
+    """A sandbox cannot be made (no free Redis database, a failed migration)."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    id: str
+    directory: Path
+    database_url: str
+    database_name: str
+    redis_db: int
+
+    def environment(self, **extra: str) -> dict[str, str]:
+        """Return the environment of a process that works inside this sandbox."""
+        return child_environment(
+            DATABASE_URL=self.database_url,
+            REDIS_URL=with_db(settings.REDIS_URL, self.redis_db),
+            LIBRARY_REDIS_DB=str(self.redis_db),
+            LIBRARY_CHANNEL_PREFIX=f"asgi-lab-{self.id}",
+            **{SANDBOX_ENV: self.id},
+            **extra,
+        )
+
+
+def labs_dir() -> Path:
+    return Path(settings.VAR_DIR) / "labs"
+
+
+def redis_slots() -> list[int]:
+    """Return the Redis databases sandboxes may use (never the operator's own)."""
+    own = _redis_db_of(settings.REDIS_URL)
+    return [db for db in settings.LAB_SANDBOX_REDIS_DBS if db != own]
+
+
+def _redis_db_of(url: str) -> int:
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.connection_pool.connection_kwargs.get("db") or 0)
+    finally:
+        client.close()
+
+
+def _slot_client(db: int) -> redis.Redis:
+    return redis.Redis.from_url(with_db(settings.REDIS_URL, db))
+
+
+# --- Creating and removing ---------------------------------------------------------
+
+
+@contextlib.contextmanager
+def sandbox_open() -> Iterator[Sandbox]:
+    """Make a sandbox, renew its lease while the block runs, and remove it after."""
+    sandbox = sandbox_create()
+    stop = threading.Event()
+    renewer = threading.Thread(
+        target=_renew_lease, args=(sandbox, stop), name=f"sandbox-{sandbox.id}"
+    )
+    renewer.daemon = True
+    renewer.start()
+    try:
+        yield sandbox
+    finally:
+        stop.set()
+        renewer.join()
+        sandbox_remove(sandbox)
+
+
+def sandbox_create() -> Sandbox:
+    """Claim a Redis database, copy the template database, and record the sandbox."""
+    sandbox_id = uuid.uuid4().hex[:10]
+    directory = labs_dir() / sandbox_id
+    directory.mkdir(parents=True)
+    redis_db = _claim_slot(sandbox_id)
+    database_url, database_name = _database_for(sandbox_id, directory)
+    sandbox = Sandbox(sandbox_id, directory, database_url, database_name, redis_db)
+    # Recorded before the database exists, so a crash from here on leaves a record
+    # the sweep can act on.
+    _manifest_write(sandbox)
+    try:
+        _database_create(sandbox)
+    except BaseException:
+        sandbox_remove(sandbox)
+        raise
+    return sandbox
+
+
+def sandbox_remove(sandbox: Sandbox) -> None:
+    """Kill the sandbox's processes, drop its database, empty its Redis database."""
+    sandbox_processes_kill(sandbox.id)
+    _database_drop(sandbox)
+    _slot_release(sandbox)
+    shutil.rmtree(sandbox.directory, ignore_errors=True)
+
+
+def _claim_slot(sandbox_id: str) -> int:
+    for db in redis_slots():
+        client = _slot_client(db)
+        try:
+            claimed = client.eval(_CLAIM, 2, MARKER_KEY, LEASE_KEY, sandbox_id, LEASE_S)
+        finally:
+            client.close()
+        if claimed == 1:
+            return db
+    raise SandboxError(
+        "Every Redis database set aside for lab sandboxes is in use"
+        f" ({', '.join(map(str, redis_slots())) or 'none configured'});"
+        " try again when a live run has finished."
+    )
+
+
+def _slot_release(sandbox: Sandbox) -> None:
+    client = _slot_client(sandbox.redis_db)
+    try:
+        # Only our own data goes: a database another sandbox has claimed since (after
+        # our lease expired) is left alone.
+        if client.get(MARKER_KEY) == sandbox.id.encode():
+            client.flushdb()
+    finally:
+        client.close()
+
+
+def _renew_lease(sandbox: Sandbox, stop: threading.Event) -> None:
+    while not stop.wait(RENEW_EVERY_S):
+        client = _slot_client(sandbox.redis_db)
+        try:
+            if client.get(MARKER_KEY) == sandbox.id.encode():
+                client.set(LEASE_KEY, sandbox.id, ex=LEASE_S)
+        except redis.RedisError:
+            log.warning("sandbox %s: lease not renewed (Redis unreachable)", sandbox.id)
+        finally:
+            client.close()
+
+
+# --- Processes ---------------------------------------------------------------------
+
+
+def sandbox_pids(sandbox_id: str) -> list[int]:
+    """Return the pids of every process that carries the sandbox's mark."""
+    mark = f"{SANDBOX_ENV}={sandbox_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or another user's
+        if mark in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def sandbox_processes_kill(sandbox_id: str) -> None:
+    """SIGKILL every process of the sandbox, and wait until none is left.
+
+    A killed child of this process stays a zombie until its parent reaps it, but a
+    zombie's environment reads empty, so it no longer counts as the sandbox's.
+    """
+    deadline = time.monotonic() + 10.0
+    while pids := sandbox_pids(sandbox_id):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            log.warning("sandbox %s: processes %s outlived SIGKILL", sandbox_id, pids)
+            return
+        time.sleep(0.05)
+
+
+# --- Databases ---------------------------------------------------------------------
+
+
+def _is_sqlite() -> bool:
+    return connection.vendor == "sqlite"
+
+
+def _database_for(sandbox_id: str, directory: Path) -> tuple[str, str]:
+    if _is_sqlite():
+        path = directory / "lab.sqlite3"
+        return f"sqlite:///{path}", str(path)
+    name = f"library_lab_{sandbox_id}"
+    return _postgres_url(name), name
+
+
+def _postgres_url(name: str) -> str:
+    base = current_database_url()
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+def migrations_fingerprint() -> str:
+    """Return a digest of the template's state: migrations, and the day.
+
+    A changed migration needs a new template; so does a new day, because the demo
+    library's loan history is anchored to the day it was loaded.
+    """
+    digest = hashlib.sha256(django.get_version().encode())
+    digest.update(datetime.date.today().isoformat().encode())
+    for config in sorted(apps.get_app_configs(), key=lambda c: c.label):
+        folder = Path(config.path) / "migrations"
+        for path in sorted(folder.glob("*.py")):
+            digest.update(f"{config.label}/{path.name}".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _database_create(sandbox: Sandbox) -> None:
+    """Copy the template into the sandbox's database, building the template if due.
+
+    All under one file lock, so a template is never replaced while being copied.
+    """
+    fingerprint = migrations_fingerprint()
+    root = labs_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _is_sqlite():
+            template = _sqlite_template(root, fingerprint)
+            _sqlite_copy(template, Path(sandbox.database_name))
+        else:
+            name = _postgres_template(fingerprint)
+            _postgres_execute(
+                f"CREATE DATABASE {_quoted(sandbox.database_name)}"
+                f" TEMPLATE {_quoted(name)}"
+            )
+
+
+def _database_drop(sandbox: Sandbox) -> None:
+    if _is_sqlite():
+        return  # the file goes with the directory
+    if "lab" not in sandbox.database_name:
+        raise SandboxError(f"refusing to drop {sandbox.database_name!r}: not a lab's")
+    _postgres_execute(
+        f"DROP DATABASE IF EXISTS {_quoted(sandbox.database_name)} WITH (FORCE)"
+    )
+
+
+def _sqlite_template(root: Path, fingerprint: str) -> Path:
+    path = root / f"template-{fingerprint}.sqlite3"
+    if not path.exists():
+        building = root / f"template-{fingerprint}.building.sqlite3"
+        building.unlink(missing_ok=True)
+        _migrate(f"sqlite:///{building}")
+        building.rename(path)
+        for old in root.glob("template-*.sqlite3"):
+            if old != path:
+                old.unlink(missing_ok=True)
+    return path
+
+
+def _postgres_template(fingerprint: str) -> str:
+    name = f"library_lab_template_{fingerprint}"
+    if name in _postgres_names_like(name):
+        return name
+    building = f"library_lab_building_{fingerprint}"
+    _postgres_execute(f"DROP DATABASE IF EXISTS {_quoted(building)}")
+    _postgres_execute(f"CREATE DATABASE {_quoted(building)}")
+    _migrate(_postgres_url(building))
+    _postgres_execute(f"ALTER DATABASE {_quoted(building)} RENAME TO {_quoted(name)}")
+    for old in _postgres_names_like("library_lab_template_%"):
+        if old != name:
+            _postgres_execute(f"DROP DATABASE IF EXISTS {_quoted(old)}")
+    return name
+
+
+# The demo library, loaded by its service (``seed_library`` the command would also
+# write the demo accounts' password file into the operator's var directory).
+_SEED = "from library.seed import seed_library; seed_library()"
+
+
+def _migrate(database_url: str) -> None:
+    """Migrate the database at ``database_url`` and load the demo library into it."""
+    environment = child_environment(DATABASE_URL=database_url)
+    environment.pop(SANDBOX_ENV, None)
+    for step in (("migrate", "--no-input", "-v", "0"), ("shell", "-c", _SEED)):
+        done = subprocess.run(
+            manage_command(*step),
+            cwd=ROOT,
+            env=environment,
+            capture_output=True,
+            timeout=MIGRATE_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SandboxError(
+                f"Preparing the lab template ({step[0]}) failed: "
+                + done.stderr.decode(errors="replace").strip()[-500:]
+            )
+
+
+def _sqlite_copy(source: Path, target: Path) -> None:
+    # The backup API copies a consistent image even if the source had a WAL.
+    src, dst = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _postgres_execute(sql: str) -> None:
+    import psycopg  # local import: only PostgreSQL installations run this
+
+    with psycopg.connect(**_postgres_params(), autocommit=True) as conn:
+        conn.execute(sql.encode())  # names are quoted by _quoted
+
+
+def _postgres_names_like(pattern: str) -> list[str]:
+    import psycopg  # local import: only PostgreSQL installations run this
+
+    with psycopg.connect(**_postgres_params(), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", (pattern,)
+        ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def _postgres_params() -> dict[str, Any]:
+    db = connection.settings_dict
+    return {
+        "dbname": "postgres",
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+        "host": db.get("HOST") or "127.0.0.1",
+        "port": db.get("PORT") or 5432,
+    }
+
+
+# --- Records and the sweep ---------------------------------------------------------
+
+
+def _manifest_write(sandbox: Sandbox) -> None:
+    record = {
+        "id": sandbox.id,
+        "owner_pid": os.getpid(),
+        "owner_start": _process_start(os.getpid()),
+        "database_url": sandbox.database_url,
+        "database_name": sandbox.database_name,
+        "redis_db": sandbox.redis_db,
+        "created": time.time(),
+    }
+    (sandbox.directory / "sandbox.json").write_text(json.dumps(record))
+
+
+def _process_start(pid: int) -> str | None:
+    """Return the process's start time (to tell a reused pid from its owner)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _owner_alive(record: dict[str, Any]) -> bool:
+    pid = record.get("owner_pid")
+    if not isinstance(pid, int):
+        return False
+    start = _process_start(pid)
+    return start is not None and start == record.get("owner_start")
+
+
+def sandbox_sweep() -> list[str]:
+    """Remove every sandbox whose owner process is gone; return their ids."""
+    root = labs_dir()
+    removed = []
+    for manifest in sorted(root.glob("*/sandbox.json")):
+        try:
+            record = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        if _owner_alive(record):
+            continue
+        sandbox = Sandbox(
+            id=str(record["id"]),
+            directory=manifest.parent,
+            database_url=str(record["database_url"]),
+            database_name=str(record["database_name"]),
+            redis_db=int(record["redis_db"]),
+        )
+        log.warning("sandbox %s: owner gone; removing what it left", sandbox.id)
+        sandbox_remove(sandbox)
+        removed.append(sandbox.id)
+    return removed
+
+
+# --- A live part run inside a sandbox ----------------------------------------------
+
+SLOT_WAIT_S: Final = 300.0
+LIVE_TIMEOUT_S: Final = 840.0  # inside the labs queue's 900 s job timeout
+
+
+def lab_run_sandboxed(
+    lab: Lab, params: Params, *, live: bool, progress: Progress = no_progress
+) -> LabResult:
+    """Run the model here and, with ``live``, the live part in a sandbox of its own."""
+
+    def model_progress(fraction: float, label: str) -> None:
+        if not (live and label == "done"):  # the run is done only after the live part
+            progress(fraction, label)
+
+    result = lab.run(params, progress=model_progress)
+    if live:
+        if lab.live is None:
+            raise NoLivePart(f"{lab.slug} has no live part yet; run it without --live")
+        tables = live_in_sandbox(lab.slug, params, progress)
+        result["tables"] = {**result["tables"], **clean_tables(tables)}
+        progress(1.0, "done")
+    return result
+
+
+def live_in_sandbox(slug: str, params: Params, progress: Progress) -> Tables:
+    """Run ``slug``'s live part in a new sandbox (``manage.py labsandbox``)."""
+    sandbox_sweep()
+    with _sandbox_when_free(progress) as sandbox:
+        child = subprocess.Popen(
+            manage_command("labsandbox", slug, "--params", json.dumps(params)),
+            cwd=ROOT,
+            env=sandbox.environment(),
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        reply = _child_replies(child, progress)
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    if "error" in reply:
+        raise LabError(str(reply["error"]))
+    if "tables" not in reply:
+        raise LabError(
+            f"The live part of {slug} stopped without an answer"
+            f" (exit status {child.returncode})."
+        )
+    tables: Tables = reply["tables"]
+    return tables
+
+
+@contextlib.contextmanager
+def _sandbox_when_free(progress: Progress) -> Iterator[Sandbox]:
+    deadline = time.monotonic() + SLOT_WAIT_S
+    while True:
+        try:
+            opened = sandbox_open()
+            sandbox = opened.__enter__()
+            break
+        except SandboxError:
+            if time.monotonic() > deadline:
+                raise LabError(
+                    "Every lab sandbox stayed busy for five minutes; try again later."
+                ) from None
+            progress(0.0, f"{LIVE_PREFIX}waiting for a free sandbox")
+            time.sleep(1.0)
+    try:
+        yield sandbox
+    except BaseException as error:
+        opened.__exit__(type(error), error, error.__traceback__)
+        raise
+    else:
+        opened.__exit__(None, None, None)
+
+
+def _child_replies(
+    child: subprocess.Popen[bytes], progress: Progress
+) -> dict[str, Any]:
+    """Relay the child's progress lines; return its answering line."""
+    assert child.stdout is not None
+    timed_out = threading.Event()
+
+    def stop() -> None:
+        timed_out.set()
+        child.kill()
+
+    timer = threading.Timer(LIVE_TIMEOUT_S, stop)
+    timer.start()
+    answer: dict[str, Any] = {}
+    try:
+        for line in child.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # not ours: a library printed something
+            if not isinstance(message, dict):
+                continue
+            if "progress" in message:
+                progress(float(message["progress"]), str(message.get("label", "")))
+            else:
+                answer = message
+    finally:
+        timer.cancel()
+    if timed_out.is_set():
+        return {"error": "The live part took too long and was stopped."}
+    return answer
