@@ -3,9 +3,12 @@ in one process and across real ``manage.py`` processes."""
 
 import datetime
 import signal
+import threading
 import time
 
 import pytest
+from redis.exceptions import LockError, LockNotOwnedError
+from redis.lock import Lock
 
 from course.instruments.processes import kill_group, running, start_manage
 from jobs.locks import LeaseLock, lease, lease_holder
@@ -27,10 +30,13 @@ def test_only_one_acquisition_wins_and_only_the_owner_releases(redis_client):
     assert first.owner != second.owner
     assert first.acquire()
     assert not second.acquire()
-    assert not second.release()  # not the holder: the key is left alone
+    with pytest.raises(LockError):
+        second.release()  # not the holder: the key is left alone
+    assert not second.release_if_owned()
     assert redis_client.get("lease:t").decode() == first.owner
-    assert first.release()
+    assert first.release_if_owned()
     assert redis_client.get("lease:t") is None
+    assert not first.release_if_owned()  # released already: a no-op
     assert second.acquire()
 
 
@@ -43,11 +49,45 @@ def test_a_lease_expires_so_a_crashed_holder_blocks_for_one_lease_at_most(
     assert not late.acquire()
     time.sleep(0.35)
     assert late.acquire()
-    # The crashed holder, back from the dead, cannot remove the new holder's lease.
-    assert not crashed.release()
-    assert not crashed.renew()
+    # The crashed holder, back from the dead, cannot renew or remove the new
+    # holder's lease.
+    with pytest.raises(LockNotOwnedError):
+        crashed.reacquire()
     assert crashed.lost.is_set()
+    with pytest.raises(LockNotOwnedError):
+        crashed.release()
     assert redis_client.get("lease:t").decode() == late.owner
+
+
+def test_the_lease_is_set_in_whole_milliseconds(redis_client, monkeypatch):
+    # redis-py's Lock keeps seconds and truncates: timeout=1.001 sets 1000 ms.
+    sent = []
+    real_set = redis_client.set
+
+    def spy(*args, **kwargs):
+        sent.append(kwargs["px"])
+        return real_set(*args, **kwargs)
+
+    monkeypatch.setattr(redis_client, "set", spy)
+    assert Lock(redis_client, "plain", timeout=1.001).acquire()
+    assert LeaseLock(redis_client, "t", lease_ms=1001).acquire()
+    assert sent == [1000, 1001]
+
+
+def test_another_thread_can_renew_and_release_the_lease(redis_client):
+    held = LeaseLock(redis_client, "t", lease_ms=10_000)
+    assert held.acquire()
+    done = []
+
+    def finish():
+        done.append(held.reacquire())
+        done.append(held.release_if_owned())
+
+    worker = threading.Thread(target=finish)
+    worker.start()
+    worker.join()
+    assert done == [True, True]
+    assert redis_client.get("lease:t") is None
 
 
 def test_renewal_keeps_a_long_run_holding_past_its_lease(redis_client):
