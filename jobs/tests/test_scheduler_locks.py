@@ -11,6 +11,8 @@ from redis.exceptions import LockError, LockNotOwnedError
 from redis.lock import Lock
 
 from course.instruments.processes import kill_group, running, start_manage
+from course.labs.scheduled_tasks.live import probe_race
+from course.labs.scheduled_tasks.model import trace_counts
 from jobs.locks import LeaseLock, lease, lease_holder
 from jobs.management.commands.scheduledrun import probe_keys, probe_lease_name
 
@@ -119,64 +121,30 @@ def test_lease_reports_holder_and_expiry(redis_client):
 
 # --- real processes ------------------------------------------------------------------
 
-
-def run_probes(
-    redis_client, run: str, labels: str, *, locked: bool, hold_ms: int = 1500
-) -> list[str]:
-    """Start one probe process per label, release them together, return the trace.
-
-    The holder keeps the lease ``hold_ms``: long enough that a probe descheduled
-    between the release and its attempt (two cores, three processes) still finds it
-    held, as a late scheduler on another machine would inside a longer report.
-    """
-    keys = probe_keys(run)
-    extra = () if locked else ("--unlocked",)
-    processes = [
-        start_manage(
-            "scheduledrun",
-            "probe",
-            "--run",
-            run,
-            "--label",
-            label,
-            "--hold-ms",
-            str(hold_ms),
-            *extra,
-        )
-        for label in labels
-    ]
-    with running(*processes):
-        deadline = time.monotonic() + TIMEOUT_S
-        while redis_client.llen(keys["ready"]) < len(labels):
-            assert all(p.poll() is None for p in processes), "a probe exited early"
-            assert time.monotonic() < deadline, "probes did not boot"
-            time.sleep(0.05)
-        redis_client.rpush(keys["go"], *["go"] * len(labels))
-        assert [p.wait(timeout=TIMEOUT_S) for p in processes] == [0] * len(labels)
-    return text(redis_client.lrange(keys["trace"], 0, -1))
+# The holder keeps the lease this long: long enough that a probe descheduled between
+# the release and its attempt (two cores, three processes) still finds it held, as a
+# late scheduler on another machine would inside a longer report.
+HOLD_MS = 1500
 
 
-def peak(trace: list[str]) -> int:
-    running_now = highest = 0
-    for line in trace:
-        running_now += {"started": 1, "done": -1}.get(line.split()[0], 0)
-        highest = max(highest, running_now)
-    return highest
+def run_probes(redis_client, run: str, labels: str, *, locked: bool) -> list[str]:
+    """The scheduled-tasks lab's race of ``scheduledrun probe`` processes."""
+    return probe_race(redis_client, run, labels, locked=locked, hold_ms=HOLD_MS)
 
 
 @pytest.mark.processes
 def test_real_processes_started_together_never_hold_the_lease_at_once(redis_client):
     for round_ in range(2):
         trace = run_probes(redis_client, f"race-{round_}", "ABC", locked=True)
-        assert peak(trace) == 1
-        assert sum(line.startswith("started") for line in trace) == 1
-        assert sum(line.startswith("skipped") for line in trace) == 2
+        runs, skipped, peak = trace_counts(trace)
+        assert (runs, skipped, peak) == (1, 2, 1)
         assert len(trace) == 4  # one started/done pair, two skips
         assert redis_client.get(f"lease:{probe_lease_name(f'race-{round_}')}") is None
     # The same start without the lock: the check above would see the overlap.
     unlocked = run_probes(redis_client, "race-free", "ABC", locked=False)
-    assert peak(unlocked) >= 2
-    assert sum(line.startswith("started") for line in unlocked) == 3
+    runs, _, peak = trace_counts(unlocked)
+    assert peak >= 2
+    assert runs == 3
 
 
 @pytest.mark.processes
