@@ -79,7 +79,7 @@ def test_the_lease_is_set_in_whole_milliseconds(redis_client, monkeypatch):
 def test_another_thread_can_renew_and_release_the_lease(redis_client):
     held = LeaseLock(redis_client, "t", lease_ms=10_000)
     assert held.acquire()
-    done = []
+    done: list[bool] = []
 
     def finish():
         done.append(held.reacquire())
