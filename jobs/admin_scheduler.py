@@ -41,6 +41,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from redis.exceptions import RedisError
 
+from jobs.admin_mixins import ReadOnlyAdminMixin
 from jobs.locks import LeaseHolder, lease_holder
 from jobs.models import ScheduledTaskState
 from jobs.permissions import PAUSE_SCHEDULED_TASK, RUN_SCHEDULED_TASK, user_may
@@ -142,7 +143,7 @@ class PausedFilter(admin.SimpleListFilter):
 
 
 @admin.register(ScheduledTaskState)
-class ScheduledTaskStateAdmin(admin.ModelAdmin[ScheduledTaskState]):
+class ScheduledTaskStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ScheduledTaskState]):
     list_display = (
         "name",
         "status",
@@ -212,19 +213,6 @@ class ScheduledTaskStateAdmin(admin.ModelAdmin[ScheduledTaskState]):
         "lock_holder",
         "lease_expires",
     ]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(
-        self, request: HttpRequest, obj: Any | None = None
-    ) -> bool:
-        return False
-
-    def has_delete_permission(
-        self, request: HttpRequest, obj: Any | None = None
-    ) -> bool:
-        return False
 
     def has_run_now_permission(self, request: HttpRequest) -> bool:
         return user_may(request.user, RUN_SCHEDULED_TASK)

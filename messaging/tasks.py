@@ -55,14 +55,14 @@ def drain(lane: str = "main") -> dict[str, int]:
     try:
         report = messaging_drain(owner=owner, lane=lane, budget_seconds=BUDGET_SECONDS)
         if held is not None:
-            held.release()  # before the nudges: the lane's next drain may start
+            held.release_if_owned()  # before the nudges: the next drain may start
         # The relay of this drain may have copied messages to other lanes.
         for name in lanes():
             if work_remaining(lane=name):
                 dispatch.nudge_drain(name)
     finally:
         if held is not None:
-            held.release()  # a no-op once released, and never another drain's lease
+            held.release_if_owned()  # once released a no-op; never another's lease
         if not connection.in_atomic_block:
             close_old_connections()
     return vars(report)

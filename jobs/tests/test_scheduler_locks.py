@@ -3,11 +3,16 @@ in one process and across real ``manage.py`` processes."""
 
 import datetime
 import signal
+import threading
 import time
 
 import pytest
+from redis.exceptions import LockError, LockNotOwnedError
+from redis.lock import Lock
 
 from course.instruments.processes import kill_group, running, start_manage
+from course.labs.scheduled_tasks.live import probe_race
+from course.labs.scheduled_tasks.model import trace_counts
 from jobs.locks import LeaseLock, lease, lease_holder
 from jobs.management.commands.scheduledrun import probe_keys, probe_lease_name
 
@@ -27,10 +32,13 @@ def test_only_one_acquisition_wins_and_only_the_owner_releases(redis_client):
     assert first.owner != second.owner
     assert first.acquire()
     assert not second.acquire()
-    assert not second.release()  # not the holder: the key is left alone
+    with pytest.raises(LockError):
+        second.release()  # not the holder: the key is left alone
+    assert not second.release_if_owned()
     assert redis_client.get("lease:t").decode() == first.owner
-    assert first.release()
+    assert first.release_if_owned()
     assert redis_client.get("lease:t") is None
+    assert not first.release_if_owned()  # released already: a no-op
     assert second.acquire()
 
 
@@ -43,11 +51,45 @@ def test_a_lease_expires_so_a_crashed_holder_blocks_for_one_lease_at_most(
     assert not late.acquire()
     time.sleep(0.35)
     assert late.acquire()
-    # The crashed holder, back from the dead, cannot remove the new holder's lease.
-    assert not crashed.release()
-    assert not crashed.renew()
+    # The crashed holder, back from the dead, cannot renew or remove the new
+    # holder's lease.
+    with pytest.raises(LockNotOwnedError):
+        crashed.reacquire()
     assert crashed.lost.is_set()
+    with pytest.raises(LockNotOwnedError):
+        crashed.release()
     assert redis_client.get("lease:t").decode() == late.owner
+
+
+def test_the_lease_is_set_in_whole_milliseconds(redis_client, monkeypatch):
+    # redis-py's Lock keeps seconds and truncates: timeout=1.001 sets 1000 ms.
+    sent = []
+    real_set = redis_client.set
+
+    def spy(*args, **kwargs):
+        sent.append(kwargs["px"])
+        return real_set(*args, **kwargs)
+
+    monkeypatch.setattr(redis_client, "set", spy)
+    assert Lock(redis_client, "plain", timeout=1.001).acquire()
+    assert LeaseLock(redis_client, "t", lease_ms=1001).acquire()
+    assert sent == [1000, 1001]
+
+
+def test_another_thread_can_renew_and_release_the_lease(redis_client):
+    held = LeaseLock(redis_client, "t", lease_ms=10_000)
+    assert held.acquire()
+    done: list[bool] = []
+
+    def finish():
+        done.append(held.reacquire())
+        done.append(held.release_if_owned())
+
+    worker = threading.Thread(target=finish)
+    worker.start()
+    worker.join()
+    assert done == [True, True]
+    assert redis_client.get("lease:t") is None
 
 
 def test_renewal_keeps_a_long_run_holding_past_its_lease(redis_client):
@@ -79,64 +121,30 @@ def test_lease_reports_holder_and_expiry(redis_client):
 
 # --- real processes ------------------------------------------------------------------
 
-
-def run_probes(
-    redis_client, run: str, labels: str, *, locked: bool, hold_ms: int = 1500
-) -> list[str]:
-    """Start one probe process per label, release them together, return the trace.
-
-    The holder keeps the lease ``hold_ms``: long enough that a probe descheduled
-    between the release and its attempt (two cores, three processes) still finds it
-    held, as a late scheduler on another machine would inside a longer report.
-    """
-    keys = probe_keys(run)
-    extra = () if locked else ("--unlocked",)
-    processes = [
-        start_manage(
-            "scheduledrun",
-            "probe",
-            "--run",
-            run,
-            "--label",
-            label,
-            "--hold-ms",
-            str(hold_ms),
-            *extra,
-        )
-        for label in labels
-    ]
-    with running(*processes):
-        deadline = time.monotonic() + TIMEOUT_S
-        while redis_client.llen(keys["ready"]) < len(labels):
-            assert all(p.poll() is None for p in processes), "a probe exited early"
-            assert time.monotonic() < deadline, "probes did not boot"
-            time.sleep(0.05)
-        redis_client.rpush(keys["go"], *["go"] * len(labels))
-        assert [p.wait(timeout=TIMEOUT_S) for p in processes] == [0] * len(labels)
-    return text(redis_client.lrange(keys["trace"], 0, -1))
+# The holder keeps the lease this long: long enough that a probe descheduled between
+# the release and its attempt (two cores, three processes) still finds it held, as a
+# late scheduler on another machine would inside a longer report.
+HOLD_MS = 1500
 
 
-def peak(trace: list[str]) -> int:
-    running_now = highest = 0
-    for line in trace:
-        running_now += {"started": 1, "done": -1}.get(line.split()[0], 0)
-        highest = max(highest, running_now)
-    return highest
+def run_probes(redis_client, run: str, labels: str, *, locked: bool) -> list[str]:
+    """The scheduled-tasks lab's race of ``scheduledrun probe`` processes."""
+    return probe_race(redis_client, run, labels, locked=locked, hold_ms=HOLD_MS)
 
 
 @pytest.mark.processes
 def test_real_processes_started_together_never_hold_the_lease_at_once(redis_client):
     for round_ in range(2):
         trace = run_probes(redis_client, f"race-{round_}", "ABC", locked=True)
-        assert peak(trace) == 1
-        assert sum(line.startswith("started") for line in trace) == 1
-        assert sum(line.startswith("skipped") for line in trace) == 2
+        runs, skipped, peak = trace_counts(trace)
+        assert (runs, skipped, peak) == (1, 2, 1)
         assert len(trace) == 4  # one started/done pair, two skips
         assert redis_client.get(f"lease:{probe_lease_name(f'race-{round_}')}") is None
     # The same start without the lock: the check above would see the overlap.
     unlocked = run_probes(redis_client, "race-free", "ABC", locked=False)
-    assert peak(unlocked) >= 2
-    assert sum(line.startswith("started") for line in unlocked) == 3
+    runs, _, peak = trace_counts(unlocked)
+    assert peak >= 2
+    assert runs == 3
 
 
 @pytest.mark.processes

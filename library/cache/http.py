@@ -5,6 +5,15 @@ or ``*`` and compares weakly, and ``If-Modified-Since`` is only looked at when
 ``If-None-Match`` is absent. ``conditional`` applies them to a rendered Django
 response. The course's lab (``course/labs/http_caching/``) imports the same code.
 
+The header syntax is Django's (``django.utils.http``): ``parse_etags`` reads the tag
+list, ``quote_etag`` quotes a digest, ``http_date`` and ``parse_http_date_safe``
+write and read the dates. The decision itself is not
+``django.utils.cache.get_conditional_response``: that one also answers 412 to a
+failed ``If-Match`` / ``If-Unmodified-Since`` (these pages ignore both), treats an
+``If-None-Match`` without one well-formed tag as absent (here its presence alone
+still rules out ``If-Modified-Since``), and lets ``*`` match only a response with an
+ETag; it also needs an ``HttpRequest``, where the lab passes a plain header mapping.
+
 The directives per resource kind are the HTTP Caching lesson's:
 
 - a book: rarely changes, the same for everyone -> ``public, max-age=60``;
@@ -20,12 +29,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from email.utils import format_datetime
+from datetime import datetime
 from typing import Final
 
 from django.http import HttpRequest, HttpResponse, HttpResponseNotModified
-from django.utils.http import parse_http_date_safe
+from django.utils import http as django_http
+from django.utils.http import parse_etags, parse_http_date_safe, quote_etag
 
 from library.cache.reads.specs import STOCK_STALE_S
 
@@ -45,8 +54,6 @@ __all__ = [
 ]
 
 ETAG_HEX_DIGITS = 16
-# entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE; etagc excludes DQUOTE, space and controls
-_ENTITY_TAG = re.compile(r'(?:W/)?"[\x21\x23-\x7e\x80-\xff]*"')
 
 # Django masks the CSRF token differently in every rendering (a BREACH defence), so
 # a signed-in page is never byte-for-byte the same twice. Every masked token unmasks
@@ -75,32 +82,30 @@ def etag_for(body: str | bytes) -> str:
     instance and any change to the content changes the tag.
     """
     data = body.encode("utf-8") if isinstance(body, str) else body
-    return f'"{hashlib.sha256(data).hexdigest()[:ETAG_HEX_DIGITS]}"'
+    return quote_etag(hashlib.sha256(data).hexdigest()[:ETAG_HEX_DIGITS])
 
 
 def http_date(moment: datetime) -> str:
     """Return an IMF-fixdate (``Tue, 01 Jul 2025 09:00:00 GMT``), as toUTCString."""
-    return format_datetime(moment.astimezone(UTC), usegmt=True)
-
-
-def _opaque(tag: str) -> str:
-    return tag[2:] if tag.startswith("W/") else tag
+    # Whole seconds first: a float timestamp could round 0.999999 s up to the next one.
+    return django_http.http_date(moment.replace(microsecond=0).timestamp())
 
 
 def weak_match(first: str, second: str) -> bool:
     """Return whether two entity-tags match weakly: equal once ``W/`` is ignored."""
-    return _opaque(first) == _opaque(second)
+    # Not Django's ``str.strip("W/")``, which strips those characters, not a prefix.
+    return first.removeprefix("W/") == second.removeprefix("W/")
 
 
 def parse_entity_tags(header: str) -> list[str] | None:
     """Return the tags listed in an ``If-None-Match`` value; None means ``*``.
 
-    The list is scanned for well-formed tags rather than split on commas, because
-    a comma is allowed inside a quoted tag.
+    Django's ``parse_etags``: the list is split on commas and the malformed items
+    (an unquoted tag) are dropped. A tag holding a comma (allowed by RFC 9110) is
+    lost that way; this site's tags are hex digests and never hold one.
     """
-    if header.strip() == "*":
-        return None
-    return _ENTITY_TAG.findall(header)
+    tags = parse_etags(header)
+    return None if tags == ["*"] else tags
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

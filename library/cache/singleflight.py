@@ -6,13 +6,15 @@ Two levels, because callers compete in two places:
    dictionary under a lock: the first caller for a key produces, the others wait for
    its result. This costs no Redis round trip and still works while Redis is down.
 2. Processes (several daphne instances, rq workers, other hosts) compete for a Redis
-   lock ``sf:<key>`` taken with ``SET NX PX lease_ms`` and a random owner token. The
-   owner produces, stores the value under the key, then releases the lock with a
-   compare-and-delete script, so a producer whose lease ran out can never delete the
-   lock a newer owner holds. The others poll for the value with growing sleeps for up
-   to ``wait_ms``; past that they produce themselves (a *fallback*, counted apart). A
-   producer that crashed leaves a lock that dies with its lease; a waiter that finds
-   the lock gone takes it over instead of waiting out the whole ``wait_ms``.
+   lock ``sf:<key>``, a ``jobs.locks.LeaseLock`` (``SET NX PX lease_ms`` with a
+   random owner token). The owner produces, stores the value under the key, then
+   releases the lock with redis-py's owner-checked script, so a producer whose lease
+   ran out can never delete the lock a newer owner holds. The others poll for the
+   value with growing sleeps for up to ``wait_ms`` (their own loop, not the lock's
+   blocking acquire: between attempts they look for the value); past that they
+   produce themselves (a *fallback*, counted apart). A producer that crashed leaves
+   a lock that dies with its lease; a waiter that finds the lock gone takes it over
+   instead of waiting out the whole ``wait_ms``.
 
 ``lease_ms`` is the promise "a production finishes within this time"; it should be
 comfortably longer than the slowest origin call, or a second producer may start.
@@ -30,15 +32,16 @@ from typing import Any, Final, Generic, TypeVar, cast
 
 import redis
 
+from jobs.locks import LeaseLock
 from library.cache.metrics import cache_redis, metrics_record, redis_failed
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "MISSING",
     "Missing",
+    "fill_lock",
     "lock_acquire",
     "lock_key",
-    "lock_release",
     "single_flight",
 ]
 
@@ -48,16 +51,7 @@ DEFAULT_NAMESPACE: Final = "singleflight"
 DEFAULT_LIFETIME_S: Final = 60
 FIRST_POLL_S: Final = 0.005
 MAX_POLL_S: Final = 0.1
-
-# Delete the lock only if it still holds our token. GET and DEL must be one atomic
-# step: between a separate GET and DEL the lease could expire and another process
-# take the lock, which the DEL would then remove.
-_RELEASE_SCRIPT: Final = """
-if redis.call('get', KEYS[1]) == ARGV[1] then
-    return redis.call('del', KEYS[1])
-end
-return 0
-"""
+LOCK_PREFIX: Final = "sf:"
 
 
 class Missing(enum.Enum):
@@ -71,26 +65,31 @@ MISSING: Final = Missing.MISSING
 
 def lock_key(key: str) -> str:
     """Return the name of the single-flight lock guarding ``key``."""
-    return f"sf:{key}"
+    return f"{LOCK_PREFIX}{key}"
 
 
-def lock_acquire(key: str, lease_ms: int) -> str | None:
-    """Take the single-flight lock of ``key`` for ``lease_ms``; return its token.
+def fill_lock(key: str, lease_ms: int) -> LeaseLock:
+    """Return a new lock on ``key``'s single-flight lock, not yet acquired.
+
+    Its token is random; ``release_if_owned`` gives the lock back only while that
+    token still holds it. Any thread may release it (a background refresh does).
+    """
+    return LeaseLock(
+        cache_redis(),
+        key,
+        lease_ms=lease_ms,
+        owner=secrets.token_hex(16),
+        prefix=LOCK_PREFIX,
+    )
+
+
+def lock_acquire(key: str, lease_ms: int) -> LeaseLock | None:
+    """Take the single-flight lock of ``key`` for ``lease_ms``; return the lock.
 
     Return None when another owner holds it. Redis errors propagate.
     """
-    token = secrets.token_hex(16)
-    taken = cache_redis().set(lock_key(key), token, nx=True, px=lease_ms)
-    return token if taken else None
-
-
-def lock_release(key: str, token: str) -> bool:
-    """Release the lock of ``key`` if ``token`` still owns it; return whether it did."""
-    client = cache_redis()
-    released = client.register_script(_RELEASE_SCRIPT)(
-        keys=[lock_key(key)], args=[token], client=client
-    )
-    return bool(released)
+    lock = fill_lock(key, lease_ms)
+    return lock if lock.acquire() else None
 
 
 def _json_reader(key: str) -> Callable[[], Any]:
@@ -195,9 +194,9 @@ def _across_processes(
     pause = FIRST_POLL_S
     try:
         while True:
-            token = lock_acquire(key, lease_ms)
-            if token is not None:
-                return _produce_as_owner(key, token, produce, read, write, namespace)
+            lock = lock_acquire(key, lease_ms)
+            if lock is not None:
+                return _produce_as_owner(lock, produce, read, write, namespace)
             found = read()
             if not isinstance(found, Missing):
                 metrics_record(namespace, singleflight_saved=1)
@@ -219,8 +218,7 @@ def _across_processes(
 
 
 def _produce_as_owner(
-    key: str,
-    token: str,
+    lock: LeaseLock,
     produce: Callable[[], T],
     read: Callable[[], T | Missing],
     write: Callable[[T], None],
@@ -239,7 +237,7 @@ def _produce_as_owner(
         return value, True
     finally:
         try:
-            lock_release(key, token)
+            lock.release_if_owned()
         except redis.RedisError as error:
             # The lease frees the lock anyway; only the waiters wait a little longer.
             redis_failed(error, namespace=namespace, during="single-flight release")

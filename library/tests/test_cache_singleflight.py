@@ -15,12 +15,7 @@ import pytest
 from config.redis_server import with_db
 from course.instruments.processes import ROOT, child_environment
 from library.cache.metrics import cache_redis, metrics_read, metrics_reset
-from library.cache.singleflight import (
-    lock_acquire,
-    lock_key,
-    lock_release,
-    single_flight,
-)
+from library.cache.singleflight import lock_acquire, lock_key, single_flight
 from library.tests.cache_db import CACHE_TEST_DB
 
 # Other test runs on this machine empty database 15 (conftest's redis_client) at any
@@ -183,16 +178,16 @@ def test_a_crashed_producers_lock_dies_with_its_lease(key, tag, counters):
 
 
 def test_only_the_owner_can_release_the_lock(key):
-    old_token = lock_acquire(key(6), 50)
-    assert old_token is not None
+    old_lock = lock_acquire(key(6), 50)
+    assert old_lock is not None
     assert lock_acquire(key(6), 5000) is None  # held
     time.sleep(0.1)  # the old owner's lease runs out while it is still working
-    new_token = lock_acquire(key(6), 5000)
-    assert new_token is not None
+    new_lock = lock_acquire(key(6), 5000)
+    assert new_lock is not None
     # The late producer finishes and releases: the newer owner's lock must survive.
-    assert lock_release(key(6), old_token) is False
-    assert cache_redis().get(lock_key(key(6))) == new_token.encode()
-    assert lock_release(key(6), new_token) is True
+    assert old_lock.release_if_owned() is False
+    assert cache_redis().get(lock_key(key(6))) == new_lock.owner.encode()
+    assert new_lock.release_if_owned() is True
     assert cache_redis().exists(lock_key(key(6))) == 0
 
 

@@ -1,4 +1,7 @@
-"""Helpers shared by the messaging admins: columns, links and permission mixins."""
+"""Helpers shared by the messaging admins: columns, links and permission mixins.
+
+The read-only mixin is ``jobs.admin_mixins.ReadOnlyAdminMixin``, shared with jobs.
+"""
 
 from __future__ import annotations
 
@@ -67,23 +70,6 @@ def timestamp_column(
 def json_block(value: Any) -> str:
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
     return format_html('<pre style="margin: 0">{}</pre>', text)
-
-
-class ReadOnlyAdminMixin:
-    """Refuse add, change and delete; view permission is enough to read."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any | None = None) -> bool:
-        return False
-
-    def has_change_permission(
-        self, request: HttpRequest, obj: Any | None = None
-    ) -> bool:
-        return False
-
-    def has_delete_permission(
-        self, request: HttpRequest, obj: Any | None = None
-    ) -> bool:
-        return False
 
 
 def acting_user(request: HttpRequest) -> AbstractBaseUser | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils.html import format_html
 
+from jobs.admin_mixins import ReadOnlyAdminMixin
 from messaging.admin.common import (
-    ReadOnlyAdminMixin,
     outbox_link,
     preview_text,
     timestamp_column,

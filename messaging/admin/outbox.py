@@ -8,9 +8,9 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html_join
 
+from jobs.admin_mixins import ReadOnlyAdminMixin
 from messaging.admin.common import (
     STATUS_MARK,
-    ReadOnlyAdminMixin,
     json_block,
     timestamp_column,
 )

@@ -10,7 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from messaging.admin.common import ReadOnlyAdminMixin, outbox_link
+from jobs.admin_mixins import ReadOnlyAdminMixin
+from messaging.admin.common import outbox_link
 from messaging.models import PartitionLease
 from messaging.selectors import partition_lease_rows, partitioned_loads
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
+
+from redis import Redis
 
 from course.instruments.processes import running, start_manage
 from course.labs.harness.base import (
@@ -27,9 +30,22 @@ from jobs.management.commands.scheduledrun import probe_keys
 from jobs.scheduler import schedule_redis
 
 
-def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
+def probe_race(
+    redis: Redis,
+    run: str,
+    labels: Sequence[str],
+    *,
+    locked: bool,
+    hold_ms: int = REPORT_MS,
+    lease_ms: int = LEASE_MS,
+) -> list[str]:
+    """Start a ``scheduledrun probe`` per label, release them at once, read the trace.
 
-    redis = schedule_redis()
+    Each process holds the lease ``probe_lease_name(run)`` (or no lock at all when
+    ``locked`` is False) for ``hold_ms`` and appends ``started A`` / ``done A`` /
+    ``skipped A``; the trace is returned in Redis order. Raises LabError when a
+    process fails or does not finish. The run's keys are deleted however it ends.
+    """
     keys = probe_keys(run)
     extra = () if locked else ("--unlocked",)
     processes = [
@@ -41,28 +57,28 @@ def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
             "--label",
             label,
             "--hold-ms",
-            str(REPORT_MS),
+            str(hold_ms),
             "--lease-ms",
-            str(LEASE_MS),
+            str(lease_ms),
             *extra,
         )
-        for label in ("A", "B")
+        for label in labels
     ]
     try:
         with running(*processes):
             wait_for(
-                lambda: redis.llen(keys["ready"]) == 2,
-                "both manage.py processes to boot",
+                lambda: redis.llen(keys["ready"]) == len(labels),
+                "the manage.py processes to boot",
                 processes,
             )
-            redis.rpush(keys["go"], "go", "go")  # one signal per process
+            redis.rpush(keys["go"], *["go"] * len(labels))  # one signal per process
             for process in processes:
                 if process.wait(timeout=PROCESS_TIMEOUT_S) != 0:
                     raise LabError(
                         f"live: a probe process exited with {process.returncode}; run "
                         "manage.py scheduledrun probe --run x --label A to see why"
                     )
-        lines = [
+        return [
             item.decode() if isinstance(item, bytes) else str(item)
             for item in redis.lrange(keys["trace"], 0, -1)
         ]
@@ -70,11 +86,13 @@ def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
         raise LabError("live: a probe process did not finish") from None
     finally:
         redis.delete(*keys.values())
-    return trace_counts(lines)
+
+
+def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
+    return trace_counts(probe_race(schedule_redis(), run, ("A", "B"), locked=locked))
 
 
 def live(params: Params, progress: Progress) -> Tables:
-
     run = new_run_id()
     rows: list[list[Cell]] = []
     for index, mode in enumerate(MODES):

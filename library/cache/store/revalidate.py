@@ -15,13 +15,14 @@ from typing import Any, TypeVar, cast
 import redis
 from django.db import connections
 
+from jobs.locks import LeaseLock
 from library.cache.metrics import (
     cache_redis,
     metrics_record,
     redis_failed,
     redis_usable,
 )
-from library.cache.singleflight import lock_acquire, lock_release, single_flight
+from library.cache.singleflight import lock_acquire, single_flight
 from library.cache.store.aside import (
     DEFAULT_LEASE_MS,
     DEFAULT_WAIT_MS,
@@ -136,15 +137,15 @@ def _refresh_start(
 ) -> None:
     """Start the background refresh of ``key`` unless some process already has."""
     try:
-        token = lock_acquire(key, lease_ms)
+        lock = lock_acquire(key, lease_ms)
     except redis.RedisError as error:
         redis_failed(error, namespace=namespace, during="refresh lock")
         return
-    if token is None:
+    if lock is None:
         return  # a refresh is running somewhere; the stale value serves until then
     thread = threading.Thread(
         target=_refresh,
-        args=(key, token, namespace, produce, fresh_s, lifetime_ms),
+        args=(key, lock, namespace, produce, fresh_s, lifetime_ms),
         name=f"cache-refresh {key}",
         daemon=True,
     )
@@ -155,7 +156,7 @@ def _refresh_start(
 
 def _refresh(
     key: str,
-    token: str,
+    lock: LeaseLock,
     namespace: str,
     produce: Callable[[], T],
     fresh_s: float,
@@ -183,7 +184,7 @@ def _refresh(
         logger.exception("cache: background refresh of %s failed", key)
     finally:
         try:
-            lock_release(key, token)
+            lock.release_if_owned()
         except redis.RedisError as error:
             redis_failed(error, namespace=namespace, during="refresh release")
         connections.close_all()
