@@ -11,7 +11,7 @@ starts the next queued one. Latency is counted in hundred-millisecond slices
 Live part (``live_latency``): two real daphne processes of this project
 (``config.asgi:application``) with the lab-only route ``/_lab/work`` mounted
 (``LIBRARY_LAB_ROUTES=on``), each behind the real admission control
-(``config.admission``) set by environment: ``max_concurrent`` running, and a queue
+(``jobs.shedding``) set by environment: ``max_concurrent`` running, and a queue
 of ``requests`` places (unbounded: never full) or of ``max_queue``. ``requests``
 simultaneous GETs of ``/_lab/work?ms=job_ms`` go to each, one connection apiece;
 their status and latency are measured in this process. On a loaded machine a
