@@ -21,8 +21,7 @@ slice may shift up by one, as the course warns; the statuses and counts do not.
 from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
-from course.labs.load_shedding_lab.live import live
-from course.labs.load_shedding_lab.model import model
+from course.labs.load_shedding_lab import live, model
 
 __all__ = ["LAB"]
 
@@ -50,8 +49,8 @@ LAB = Lab(
         ),
         Param("job_ms", "int", 300, "duration of a job (ms)", minimum=1, maximum=5000),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     charts=(
         Chart(
             table="latency",
