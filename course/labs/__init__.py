@@ -6,6 +6,7 @@ parameters, the tables and the two runs. The large labs split the runs out as mo
 packages do: ``model.py`` (the lesson's experiment, self-contained) and ``live.py``
 (the same question asked of the real application), plus helpers named for what
 they hold.
+
 The ``__init__`` imports them as modules (``from course.labs.<lab> import live,
 model``, then ``model=model.model``), so ``course.labs.<lab>.model`` is always the
 submodule, never a function of the same name that shadows it.
