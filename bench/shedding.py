@@ -5,7 +5,7 @@ Two real daphne processes of this project serve the same lab-only endpoint
 ``capacity`` places for ``job_ms`` (``LIBRARY_LAB_WORK_CAPACITY``), so the endpoint
 completes at most ``capacity / job_ms`` requests a second, like a server with a
 fixed worker pool. One daphne runs the project's admission control
-(``config.admission``: ``capacity`` running, ``queued`` waiting, a queue budget of
+(``jobs.shedding``: ``capacity`` running, ``queued`` waiting, a queue budget of
 ``budget_ms``); the other has it switched off (``LIBRARY_ADMISSION=off``).
 
 1. Unloaded: open-loop arrivals at half the endpoint's capacity for ``seconds``;
@@ -53,7 +53,7 @@ class Params:
     job_ms: int = 200
     capacity: int = 4
     # No waiting places: every refusal is immediate. A queued request dropped at its
-    # deadline waits its budget by design (config/tests/test_admission.py).
+    # deadline waits its budget by design (jobs/tests/test_shedding.py).
     queued: int = 0
     budget_ms: int = 100
     overload: int = 10

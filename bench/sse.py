@@ -20,7 +20,7 @@ the client (httpx streaming, ``websockets``).
    see a change when the server's change hub next looks (every 150 ms); the socket
    is pushed to by the channel layer. Each change lands at a random moment.
 
-The daphne runs behind the real admission control (``config.admission``), which
+The daphne runs behind the real admission control (``jobs.shedding``), which
 lets event streams and long polls through uncounted: they hold connections, not
 workers. Targets: memory per idle stream at most 100 KiB; database connections with the
 streams open no more than without them (flat).

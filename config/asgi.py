@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP through admission control to Django, WebSocket to Channels.
+"""ASGI entry point: HTTP through load shedding to Django, WebSocket to Channels.
 
 WebSocket connections pass the allowed-hosts origin check and session authentication
 before any consumer sees them.
@@ -15,20 +15,32 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
-from config.admission import http_stack  # noqa: E402
+from course.instruments.routes import LabRoutes  # noqa: E402
+from jobs.shedding import AdmissionControl, ASGIApp  # noqa: E402
 from jobs.telemetry import SeriesShedRecorder  # noqa: E402
 from library.cache.pages import PageTierASGI  # noqa: E402
 from realtime.routing import websocket_urlpatterns  # noqa: E402
 
+
+def http_stack(app: ASGIApp) -> ASGIApp:
+    """Wrap the HTTP app: lab routes when enabled, load shedding outermost.
+
+    Load shedding (``jobs.shedding``) records each shed in the operations history;
+    the lab routes (``course.instruments.routes``) answer without entering Django.
+    """
+    inner = app
+    if settings.LAB_ROUTES:
+        inner = LabRoutes(inner, work_capacity=settings.LAB_WORK_CAPACITY)
+    return AdmissionControl.from_settings(inner, shed_recorder=SeriesShedRecorder())
+
+
 application = ProtocolTypeRouter(
     {
-        # Admission control sheds overload first (config.admission) and records each
-        # shed in the operations history; stored anonymous pages are then answered
-        # without entering Django.
-        "http": http_stack(
-            PageTierASGI(django_asgi_app), shed_recorder=SeriesShedRecorder()
-        ),
+        # Load shedding refuses overload first (jobs.shedding); stored anonymous
+        # pages are then answered without entering Django.
+        "http": http_stack(PageTierASGI(django_asgi_app)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

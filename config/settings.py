@@ -174,7 +174,7 @@ MESSAGING_RETENTION_MESSAGES = env_int(
 # window and the max-age of the pages that show them (library.cache).
 CACHE_STOCK_FRESH_S = env_int("LIBRARY_CACHE_STOCK_FRESH_S", 5, minimum=1)
 
-# Admission control of HTTP requests, per daphne process (config.admission): running
+# Admission control of HTTP requests, per daphne process (jobs.shedding): running
 # and queued bounds, places only the critical class may use, the queue budget of a
 # normal request (critical 2x, low 0.5x) and the Retry-After of a 503.
 ADMISSION_ENABLED = env_bool("LIBRARY_ADMISSION", True)
@@ -185,7 +185,6 @@ ADMISSION_QUEUE_BUDGET_MS = env_int(
     "LIBRARY_ADMISSION_QUEUE_BUDGET_MS", 10_000, minimum=1
 )
 ADMISSION_RETRY_AFTER_S = env_int("LIBRARY_ADMISSION_RETRY_AFTER", 1, minimum=1)
-# Lab-only endpoints /_lab/work and /_lab/wait (the load-shedding lab's daphnes).
 # Real-time endpoints (realtime/): how long a long poll may hold, how often the
 # watcher looks for changes, the SSE heartbeat and the reconnect delay it suggests.
 REALTIME_LONG_POLL_MAX_MS = env_int("REALTIME_LONG_POLL_MAX_MS", 30_000, minimum=100)
@@ -196,6 +195,9 @@ REALTIME_POLL_INTERVAL_MS = env_int("REALTIME_POLL_INTERVAL_MS", 150, minimum=10
 REALTIME_SSE_HEARTBEAT_S = env_int("REALTIME_SSE_HEARTBEAT_S", 15, minimum=1)
 REALTIME_SSE_RETRY_MS = env_int("REALTIME_SSE_RETRY_MS", 2000, minimum=100)
 REALTIME_PRESENCE_TTL_S = env_int("REALTIME_PRESENCE_TTL_S", 30, minimum=2)
+# Lab-only routes, on only in the daphnes the labs, tests and benchmarks start:
+# /_lab/work and /_lab/wait (course.instruments.routes; work capacity 0: unbounded)
+# and the other lab-only views.
 LAB_ROUTES = env_bool("LIBRARY_LAB_ROUTES", False)
 LAB_WORK_CAPACITY = env_int("LIBRARY_LAB_WORK_CAPACITY", 0, minimum=0)
 # Waiting places of the bounded "labs" queue (jobs.backpressure, drop_newest).

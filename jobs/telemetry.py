@@ -4,7 +4,7 @@ Registered from ``JobsConfig.ready``: the series of the history page, the sample
 the rq queues, and the Prometheus families of both.
 
 Shed requests are counted where they happen, in each daphne's admission control
-(``config.admission``), which knows nothing of Redis: it is handed a
+(``jobs.shedding``), which knows nothing of Redis: it is handed a
 ``SeriesShedRecorder`` by the ASGI composition root, buffers each shed in memory on
 its event loop and has the flush run in a thread (see ``AdmissionControl``).
 """

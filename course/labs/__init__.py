@@ -7,6 +7,10 @@ packages do: ``model.py`` (the lesson's experiment, self-contained) and ``live.p
 (the same question asked of the real application), plus helpers named for what
 they hold.
 
+The ``__init__`` imports them as modules (``from course.labs.<lab> import live,
+model``, then ``model=model.model``), so ``course.labs.<lab>.model`` is always the
+submodule, never a function of the same name that shadows it.
+
 - ``harness/``: what every lab is built from and runs on (definitions, the course's
   number semantics, the data set, the live-run sandbox and its helpers). It imports
   no lab.

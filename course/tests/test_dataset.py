@@ -11,14 +11,10 @@ import datetime
 
 import pytest
 
-from course.labs.cache_metrics.model import (
-    BOOK_COUNT,
-    BRANCH_COUNT,
-    MEMBER_COUNT,
-    library_data,
-)
+from course.labs.cache_metrics.model import library_data
 from course.labs.harness.base import LabResult
 from course.labs.harness.dataset import dataset_load
+from course.labs.harness.dataset_shape import BOOK_COUNT, BRANCH_COUNT, MEMBER_COUNT
 from course.labs.registry import LABS
 from library.models import Book, Branch, Loan, Member
 from library.seed import seed_library

@@ -20,6 +20,7 @@ from course.labs.cache_layers.model import STREAM_MEMBERS
 from course.labs.cache_metrics.live import LiveCatalogue
 from course.labs.harness import live as harness
 from course.labs.harness.base import Tables
+from course.labs.harness.dataset_shape import MEMBER_COUNT
 from course.labs.http_caching.live import LIVE_BOOK_ID
 from course.labs.rationale.live import _live_loans
 from course.labs.registry import lab_get
@@ -44,7 +45,7 @@ def test_live_parts_find_the_rows_they_read_in_the_demo_library():
     seed_library(today=TODAY)
 
     catalogue = LiveCatalogue.load()  # 60 books, 4 branches, 200 members
-    assert len(catalogue.members) == cache_metrics.model.MEMBER_COUNT
+    assert len(catalogue.members) == MEMBER_COUNT
     pages = _live_pages(STREAM_MEMBERS)
     assert len(pages.branches) == 4
     assert len(_live_loans()) == 3

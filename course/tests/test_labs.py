@@ -1,3 +1,6 @@
+import importlib
+import pkgutil
+import types
 from typing import Any
 
 import pytest
@@ -25,6 +28,24 @@ def test_every_lab_belongs_to_a_lesson_and_there_are_25_lessons():
     lesson = lesson_get("cache-layers")
     assert lesson is not None
     assert lesson.url.endswith("/asynchronous-processing/cache-layers")
+
+
+def test_a_lab_package_never_shadows_its_submodules():
+    """``course.labs.<lab>.model`` is the module: ``__init__`` imports it as one."""
+    import course.labs
+
+    shadowed = []
+    for lab in pkgutil.iter_modules(course.labs.__path__):
+        if not lab.ispkg:
+            continue
+        package = importlib.import_module(f"course.labs.{lab.name}")
+        for sub in pkgutil.iter_modules(package.__path__):
+            name = f"{package.__name__}.{sub.name}"
+            importlib.import_module(name)
+            found = getattr(package, sub.name)
+            if not isinstance(found, types.ModuleType) or found.__name__ != name:
+                shadowed.append(name)
+    assert shadowed == []
 
 
 def test_cache_layers_defaults_reproduce_the_course():

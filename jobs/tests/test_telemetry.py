@@ -1,4 +1,4 @@
-"""The rq sampler on real queues, and shed requests recorded from admission control."""
+"""The rq sampler on real queues, and shed requests recorded from load shedding."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import django_rq
 import pytest
 from rq import Queue
 
-from config.admission import SHED_FLUSH_S, AdmissionControl, Limits
 from jobs.series import series_read, series_reset, series_sample, series_totals
+from jobs.shedding import SHED_FLUSH_S, AdmissionControl
+from jobs.shedding_policy import Limits
 from jobs.telemetry import RQ_DEPTH, RQ_OLDEST_AGE, SHED, SeriesShedRecorder
 
 pytestmark = pytest.mark.django_db

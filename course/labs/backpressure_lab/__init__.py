@@ -30,8 +30,7 @@ time the producer was held.
 
 from __future__ import annotations
 
-from course.labs.backpressure_lab.live import live
-from course.labs.backpressure_lab.model import model
+from course.labs.backpressure_lab import live, model
 from course.labs.harness.base import Chart, Lab, Param
 
 __all__ = ["LAB"]
@@ -74,8 +73,8 @@ LAB = Lab(
             maximum=100_000,
         ),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     charts=(
         Chart(
             table="policies",

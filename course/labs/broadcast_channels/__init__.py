@@ -23,8 +23,7 @@ desk) would be counted too.
 
 from __future__ import annotations
 
-from course.labs.broadcast_channels.live import live
-from course.labs.broadcast_channels.model import model
+from course.labs.broadcast_channels import live, model
 from course.labs.harness.base import Chart, Lab, Param
 
 __all__ = ["LAB"]
@@ -43,8 +42,8 @@ LAB = Lab(
             maximum=6,
         ),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     charts=(
         Chart(
             "delivery",

@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from course.labs.cache_metrics.model import (
-    BRANCH_COUNT,
     BREAKDOWN_MIX,
     CAPACITY_MIX,
     HOT_TITLES,
-    MEMBER_COUNT,
     NAMESPACES,
     Row,
     Value,
@@ -30,6 +28,7 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
+from course.labs.harness.dataset_shape import BRANCH_COUNT, MEMBER_COUNT
 from course.labs.harness.live import live_step, new_run_id
 from library import selectors
 from library.cache.keys import cache_key

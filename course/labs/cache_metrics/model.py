@@ -18,17 +18,20 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
+from course.labs.harness.dataset_shape import (
+    AUTHOR_COUNT,
+    BOOK_COUNT,
+    BRANCH_COUNT,
+    FIRST_YEAR,
+    LOAN_COUNT,
+    MEMBER_COUNT,
+    YEAR_SPAN,
+)
 from course.labs.harness.jsnum import JsLcg, js_fixed_number
 from library.cache.keys import cache_key
 
-# --- the measurement database ---------------------------------------------------
+# --- the measurement database (its shape: course.labs.harness.dataset_shape) -----
 
-BOOK_COUNT = 300
-LOAN_COUNT = 4000
-MEMBER_COUNT = 200
-BRANCH_COUNT = 4
-AUTHOR_COUNT = 40
-FIRST_YEAR, YEAR_SPAN = 1950, 70
 HOT_TITLES = 60  # book reads concentrate on the first 60 titles
 
 Row = dict[str, object]

@@ -3,11 +3,14 @@
 - ``base``: a lab's definition (``Lab``, ``Param``, ``Table``, ``Chart``), its errors;
 - ``jsnum``: the course's JavaScript number semantics (``Math.round``, ``toFixed``,
   the generator);
-- ``dataset``: the course's data set, loaded into a lab's own database;
+- ``dataset``: the course's data set, loaded into a lab's own database, and
+  ``dataset_shape``: its numbers (counts and rules), which the models read too;
 - ``live``: the sandbox a live part runs in (its own database, Redis database,
   queues and processes, all removed afterwards);
 - ``live_http``, ``live_jobs``, ``live_store``, ``live_streams``: the live parts'
-  helpers for real HTTP servers, rq jobs, the real cache and the message streams.
+  helpers for real HTTP servers, rq jobs, the real cache and the message streams;
+- ``live_loans``: what the loan child (``labchild loans``) and the rationale lab that
+  starts it share: a loan's side jobs and how long the in-memory hand-off waits.
 
 The harness imports no lab; the labs and ``course.labs.registry`` import the harness.
 """

@@ -3,8 +3,9 @@
 Four branches; 300 books "Book n" by "Author n % 40 + 1", published 1950 + n % 70, in
 branch n % 4 + 1 with three copies each; 200 members; 4000 loans cycling books and
 members, every fifth still open. These are the rows the cache-metrics model reasons
-about (``course.labs.cache_metrics.model``), with the same ids, so a benchmark or a
-test that loads them measures what the lessons describe.
+about (``course.labs.cache_metrics.model``), with the same ids and the same numbers
+(``dataset_shape``), so a benchmark or a test that loads them measures what the
+lessons describe.
 
 The demo library (``library.seed``) is something else and may change; nothing that
 must match a lesson reads it. ``dataset_load`` writes these rows into an empty
@@ -18,7 +19,7 @@ from typing import Final
 
 from django.db import transaction
 
-from course.labs.cache_metrics.model import (
+from course.labs.harness.dataset_shape import (
     AUTHOR_COUNT,
     BOOK_COUNT,
     BRANCH_COUNT,

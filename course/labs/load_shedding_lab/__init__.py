@@ -11,7 +11,7 @@ starts the next queued one. Latency is counted in hundred-millisecond slices
 Live part (``live_latency``): two real daphne processes of this project
 (``config.asgi:application``) with the lab-only route ``/_lab/work`` mounted
 (``LIBRARY_LAB_ROUTES=on``), each behind the real admission control
-(``config.admission``) set by environment: ``max_concurrent`` running, and a queue
+(``jobs.shedding``) set by environment: ``max_concurrent`` running, and a queue
 of ``requests`` places (unbounded: never full) or of ``max_queue``. ``requests``
 simultaneous GETs of ``/_lab/work?ms=job_ms`` go to each, one connection apiece;
 their status and latency are measured in this process. On a loaded machine a
@@ -21,8 +21,7 @@ slice may shift up by one, as the course warns; the statuses and counts do not.
 from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
-from course.labs.load_shedding_lab.live import live
-from course.labs.load_shedding_lab.model import model
+from course.labs.load_shedding_lab import live, model
 
 __all__ = ["LAB"]
 
@@ -50,8 +49,8 @@ LAB = Lab(
         ),
         Param("job_ms", "int", 300, "duration of a job (ms)", minimum=1, maximum=5000),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     charts=(
         Chart(
             table="latency",

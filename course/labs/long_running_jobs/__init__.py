@@ -28,8 +28,7 @@ path), and compared with an uninterrupted run over the same loans.
 from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
-from course.labs.long_running_jobs.live import live
-from course.labs.long_running_jobs.model import model
+from course.labs.long_running_jobs import live, model
 
 __all__ = ["LAB"]
 
@@ -63,8 +62,8 @@ LAB = Lab(
             maximum=100,
         ),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     charts=(
         Chart(
             table="chunking",

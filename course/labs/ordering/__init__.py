@@ -76,12 +76,12 @@ from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
 from course.labs.harness.jsnum import SEED_MAX
+from course.labs.ordering import live, model
 from course.labs.ordering.live import (
     APPLIED_TTL_S,
     LEDGER,
     applied_key,
     competing_apply,
-    live,
     live_inversions,
 )
 from course.labs.ordering.live_tables import expected_partition_events
@@ -89,11 +89,9 @@ from course.labs.ordering.model import (
     HOT_BOOK,
     Event,
     count_inversions,
-    head_of_line,
     hot_key_events,
     loan_events,
     mean_fixed,
-    model,
     partition_of,
     run_competing,
     run_partitioned,
@@ -109,7 +107,6 @@ __all__ = [
     "competing_apply",
     "count_inversions",
     "expected_partition_events",
-    "head_of_line",
     "hot_key_events",
     "live_inversions",
     "loan_events",
@@ -172,8 +169,8 @@ LAB = Lab(
         ),
         _counts("hot_partitions", [1, 2, 4, 8], "partition counts for the hot key"),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     charts=(
         Chart(
             table="competing",

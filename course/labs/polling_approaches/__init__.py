@@ -20,8 +20,7 @@ counts come from the server's own counters in Redis (deltas around the run).
 from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
-from course.labs.polling_approaches.live import live
-from course.labs.polling_approaches.model import model
+from course.labs.polling_approaches import live, model
 
 __all__ = ["LAB"]
 
@@ -39,8 +38,8 @@ LAB = Lab(
             maximum=30_000,
         ),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     charts=(
         Chart(
             table="cost",

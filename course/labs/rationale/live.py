@@ -15,7 +15,7 @@ from course.instruments.probes import probe_dir
 from course.instruments.processes import child_environment, start_manage
 from course.labs.harness import live as harness
 from course.labs.harness.base import Cell, LabError, Params, Progress, Tables, table
-from course.management.commands.labchild import SIDE_JOB_DELAY_S, loan_side_jobs
+from course.labs.harness.live_loans import SIDE_JOB_DELAY_S, loan_side_jobs
 from library.models import Book, Branch, Loan, Member
 from library.services import loan_return
 from messaging.models import Delivery, OutboxMessage

@@ -20,8 +20,8 @@ each run the report without a lock or under the application's Redis lease lock
 from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
-from course.labs.scheduled_tasks.live import live
-from course.labs.scheduled_tasks.model import MAX_RUNS, check, model
+from course.labs.scheduled_tasks import live, model
+from course.labs.scheduled_tasks.model import MAX_RUNS, check
 
 __all__ = ["LAB"]
 
@@ -46,8 +46,8 @@ LAB = Lab(
             maximum=MAX_RUNS,
         ),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     combination_check=check,
     charts=(
         Chart(

@@ -22,8 +22,7 @@ The connection and event counts are the server's own counters (Redis deltas).
 from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
-from course.labs.server_sent_events.live import live
-from course.labs.server_sent_events.model import model
+from course.labs.server_sent_events import live, model
 
 __all__ = ["LAB"]
 
@@ -41,8 +40,8 @@ LAB = Lab(
             maximum=6,
         ),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     charts=(
         Chart(
             table="stream",

@@ -21,8 +21,7 @@ lesson recommends and its server does not write.
 from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param, int_param
-from course.labs.streaming_responses.live import live
-from course.labs.streaming_responses.model import model
+from course.labs.streaming_responses import live, model
 
 __all__ = ["LAB"]
 
@@ -36,8 +35,8 @@ LAB = Lab(
             "line_ms", "int", 100, "time to make one line (ms)", minimum=0, maximum=2000
         ),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     combination_check=lambda p: (
         "lines * line_ms must stay under 60 s"
         if int_param(p, "lines") * int_param(p, "line_ms") > 60_000

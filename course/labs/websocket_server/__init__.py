@@ -17,8 +17,7 @@ and the closing handshake. Daphne answers a close with code 1000 and no reason.
 from __future__ import annotations
 
 from course.labs.harness.base import Lab
-from course.labs.websocket_server.live import live
-from course.labs.websocket_server.model import model
+from course.labs.websocket_server import live, model
 
 __all__ = ["LAB"]
 
@@ -27,8 +26,8 @@ LAB = Lab(
     slug="websocket-server",
     title="WebSocket Server",
     params=(),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     notes=(
         "Frames are logged by our raw-socket client: the client masks every frame, "
         "the server never does. The live part talks to the live stock socket."

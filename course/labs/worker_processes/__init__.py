@@ -29,8 +29,7 @@ Live part, the same two questions asked of real rq workers:
 from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
-from course.labs.worker_processes.live import live
-from course.labs.worker_processes.model import model
+from course.labs.worker_processes import live, model
 
 __all__ = ["LAB"]
 
@@ -53,8 +52,8 @@ LAB = Lab(
             max_items=6,
         ),
     ),
-    model=model,
-    live=live,
+    model=model.model,
+    live=live.live,
     charts=(
         Chart(
             table="pool",

@@ -9,7 +9,8 @@ worker of the installation takes its jobs and its workers take no one else's.
 request of the rationale lab: issue each loan through ``library.services.loan_issue``,
 hand its side jobs off (one per subscription a loan message reaches; ``in-memory``:
 to a background thread of this process that starts them after a delay; ``outbox``:
-the loan's own outbox message is the hand-off),
+the loan's own outbox message is the hand-off; the side jobs and the delay are
+``course.labs.harness.live_loans``, which the rationale lab reads too),
 write the answer (the loan id) to FILE, and right after the last answer die with
 SIGKILL, as a process does that is killed by a deploy or the OOM killer.
 """
@@ -32,14 +33,8 @@ from rq import Queue, SimpleWorker, Worker
 from rq.logutils import setup_loghandlers
 
 from course.labs.harness.live import PRIVATE_QUEUE_PREFIX
+from course.labs.harness.live_loans import SIDE_JOB_DELAY_S, loan_side_jobs
 from library.services import loan_issue
-from messaging.registry import MessageType, subscriptions_for
-
-# The in-memory thread waits this long before each side job: the responses are out
-# and the process is killed long before any of them would have run, even when the
-# later loans wait for the database's write lock. (The lab waits this long once more
-# to show that none of them ever runs.)
-SIDE_JOB_DELAY_S = 3.0
 
 
 class Command(BaseCommand):
@@ -134,11 +129,6 @@ class Command(BaseCommand):
             os.fsync(answers)
         # Right after answering: no cleanup, no flush of anything in memory.
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def loan_side_jobs() -> list[str]:
-    """Return the side jobs of one loan: the subscriptions a loan message reaches."""
-    return [s.name for s in subscriptions_for(MessageType.LOAN_ISSUED)]
 
 
 def _side_job_thread(jobs: queue.Queue[tuple[int, str]], side_dir: Path) -> None:

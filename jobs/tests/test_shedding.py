@@ -1,4 +1,8 @@
-"""Admission control: classes, deadlines, exempt routes, and a real daphne shedding."""
+"""Load shedding: queueing by class, deadlines, exempt routes, the 503.
+
+The route classes are in test_shedding_policy.py; a real daphne shedding, behind the
+lab routes, is in course/tests/test_lab_routes.py.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import httpx
-import pytest
-
-from config.admission import AdmissionControl, Limits, Message, Priority, route_class
-from course.labs.load_shedding_lab.live import admission_env, measure, shed_servers
+from jobs.shedding import AdmissionControl, Message
+from jobs.shedding_policy import Limits
 
 Sent = list[dict[str, Any]]
 
@@ -58,17 +59,6 @@ def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
 async def settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
-
-
-def test_route_classes_put_loan_returns_above_reports_and_exempt_long_polls():
-    assert route_class("/loans/12/return/") == Priority.CRITICAL
-    assert route_class("/books/3/") == Priority.NORMAL
-    assert route_class("/course/backpressure/run") == Priority.LOW
-    assert route_class("/jobs/abc/wait") is None
-    assert route_class("/realtime/jobs/abc/wait") is None
-    assert route_class("/realtime/branches/3/events") is None
-    assert route_class("/realtime/reports/loans.csv") == Priority.LOW
-    assert route_class("/static/js/lab.js") is None
 
 
 def test_full_system_sheds_at_once_with_503_and_retry_after():
@@ -170,41 +160,3 @@ def test_disabled_admission_passes_everything():
         assert all(status(sent) == 200 for _, sent in tasks)
 
     run(scenario)
-
-
-async def raw_answers(base_url: str, count: int) -> list[httpx.Response]:
-    clients = [httpx.AsyncClient(timeout=30) for _ in range(count)]
-    try:
-        return list(
-            await asyncio.gather(
-                *(c.get(f"{base_url}/_lab/work?ms=300") for c in clients)
-            )
-        )
-    finally:
-        await asyncio.gather(*(c.aclose() for c in clients))
-
-
-@pytest.mark.processes
-def test_admission_control_keeps_accepted_latency_bounded_while_rejecting():
-    """Real daphne, ten simultaneous requests: four served, six shed at once."""
-    envs = [
-        admission_env(max_running=2, max_queued=2),
-        admission_env(max_running=2, max_queued=100),
-    ]
-    with shed_servers(envs) as (controlled, unbounded):
-        shed = measure(controlled, requests=10, job_ms=300)
-        queued = measure(unbounded, requests=10, job_ms=300)
-        answers = asyncio.run(raw_answers(controlled.base_url, 6))
-    refused = [r for r in answers if r.status_code == 503]
-    assert len(refused) == 2
-    for response in refused:
-        assert response.headers["retry-after"] == "1"
-        assert response.content == b"shed\n"
-    accepted = sorted(ms for code, ms in shed if code == 200)
-    rejected = [ms for code, ms in shed if code == 503]
-    assert (len(accepted), len(rejected)) == (4, 6)
-    assert all(code == 200 for code, _ in queued)
-    # Every rejection came back before any accepted request finished, and the
-    # accepted ones finished long before the unbounded server's last one.
-    assert max(rejected) < min(accepted)
-    assert max(accepted) < max(ms for _, ms in queued) / 2

@@ -1,8 +1,13 @@
-"""Admission control in front of the HTTP app: shed load with a quick 503.
+"""Load shedding in front of the HTTP app: refuse overload with a quick 503.
+
+"Admission" here means load shedding: deciding, before any work starts, whether a
+request runs now, waits for a place, or is refused (the ``ADMISSION_*`` settings and
+``AdmissionControl`` keep that name).
 
 Under overload a server that accepts everything makes every request late
 (congestion collapse). ``AdmissionControl`` bounds concurrency instead, per daphne
-process, on its event loop (no locks: every decision runs between two awaits):
+process, on its event loop (no locks: every decision runs between two awaits). The
+policy it applies (the classes of routes, the bounds) is ``jobs.shedding_policy``:
 
 - at most ``max_running`` requests run at once, plus ``reserved`` places only the
   ``critical`` class may use, so a loan return still runs when pages fill the rest;
@@ -27,26 +32,20 @@ process, on its event loop (no locks: every decision runs between two awaits):
 Settings (``config.settings``, from the environment): ``ADMISSION_ENABLED``
 (``LIBRARY_ADMISSION``), ``ADMISSION_MAX_RUNNING``, ``ADMISSION_MAX_QUEUED``,
 ``ADMISSION_RESERVED``, ``ADMISSION_QUEUE_BUDGET_MS``, ``ADMISSION_RETRY_AFTER_S``.
-
-``LabRoutes`` mounts two lab-only endpoints when ``LAB_ROUTES`` is on (only the
-daphnes the load-shedding lab, its tests and the benchmark start): ``/_lab/work``
-holds a request ``ms`` milliseconds on the event loop, at most
-``LAB_WORK_CAPACITY`` at once (0: unbounded), and ``/_lab/wait`` is an exempt
-long-poll stand-in.
+``config.asgi`` mounts it outermost on the HTTP app.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any, Final, Protocol
-from urllib.parse import parse_qs
+
+from jobs.shedding_policy import Limits, Priority, route_class
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -54,7 +53,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-log = logging.getLogger("config.admission")
+log = logging.getLogger("jobs.shedding")
 
 LOG_EVERY_S: Final = 10.0
 SHED_FLUSH_S: Final = 1.0
@@ -69,64 +68,6 @@ class ShedRecorder(Protocol):
 
     def flush(self) -> None:
         """Write what ``record`` buffered; may block (never called on the loop)."""
-
-
-class Priority(IntEnum):
-    """Request classes; a lower value is served first and shed last."""
-
-    CRITICAL = 0
-    NORMAL = 1
-    LOW = 2
-
-
-# A class's queue budget is the base budget times this factor.
-BUDGET_FACTOR: Final = {Priority.CRITICAL: 2.0, Priority.NORMAL: 1.0, Priority.LOW: 0.5}
-
-# Path patterns, first match wins; unmatched paths are NORMAL. ``None``: exempt.
-ROUTES: Final[tuple[tuple[re.Pattern[str], Priority | None], ...]] = tuple(
-    (re.compile(pattern), priority)
-    for pattern, priority in (
-        # Held connections, not work: long polls, event streams, static files.
-        (r"^/static/", None),
-        (r"^/realtime/jobs/[^/]+/(wait|events)$", None),
-        (r"^/realtime/branches/\d+/events$", None),
-        (r"^/jobs/[^/]+/(wait|events)$", None),
-        (r"^/_lab/wait$", None),
-        # A member at the desk: loans and signing in outrank everything.
-        (r"^/loans/\d+/return/$", Priority.CRITICAL),
-        (r"^/loans/issue/$", Priority.CRITICAL),
-        (r"^/log(in|out)/$", Priority.CRITICAL),
-        # Work that can wait for a quieter moment: reports, lab runs, dashboards.
-        (r"^/jobs/.*report", Priority.LOW),
-        (r"^/(realtime/)?reports?/", Priority.LOW),
-        (r"^/course/[^/]+/run$", Priority.LOW),
-        (r"^/admin/rq/", Priority.LOW),
-    )
-)
-
-
-def route_class(path: str) -> Priority | None:
-    """Return the class of ``path``, or None when it is exempt from admission."""
-    for pattern, priority in ROUTES:
-        if pattern.search(path):
-            return priority
-    return Priority.NORMAL
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_running: int = 32
-    max_queued: int = 128
-    reserved: int = 2
-    budget_ms: int = 10_000
-    retry_after_s: int = 1
-
-    def running_limit(self, priority: Priority) -> int:
-        extra = self.reserved if priority == Priority.CRITICAL else 0
-        return self.max_running + extra
-
-    def budget_s(self, priority: Priority) -> float:
-        return self.budget_ms * BUDGET_FACTOR[priority] / 1000
 
 
 @dataclass(eq=False)
@@ -340,50 +281,3 @@ class AdmissionControl:
             }
         )
         await send({"type": "http.response.body", "body": SHED_BODY})
-
-
-class LabRoutes:
-    """Lab-only endpoints in front of ``app`` (mounted only when LAB_ROUTES is on)."""
-
-    def __init__(self, app: ASGIApp, *, work_capacity: int = 0) -> None:
-        self.app = app
-        self._slots = asyncio.Semaphore(work_capacity) if work_capacity > 0 else None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path not in ("/_lab/work", "/_lab/wait"):
-            await self.app(scope, receive, send)
-            return
-        query = parse_qs(scope.get("query_string", b"").decode())
-        try:
-            ms = min(60_000, max(0, int(query.get("ms", ["300"])[0])))
-        except ValueError:
-            ms = 300
-        if path == "/_lab/work" and self._slots is not None:
-            async with self._slots:
-                await asyncio.sleep(ms / 1000)
-        else:
-            await asyncio.sleep(ms / 1000)
-        body = b"accepted\n"
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"text/plain"),
-                    (b"cache-control", b"no-store"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-
-def http_stack(app: ASGIApp, *, shed_recorder: ShedRecorder | None = None) -> ASGIApp:
-    """Wrap the HTTP app: lab routes when enabled, admission control outermost."""
-    from django.conf import settings
-
-    inner = app
-    if settings.LAB_ROUTES:
-        inner = LabRoutes(inner, work_capacity=settings.LAB_WORK_CAPACITY)
-    return AdmissionControl.from_settings(inner, shed_recorder=shed_recorder)
