@@ -143,7 +143,12 @@ CACHES = {
 
 RQ_QUEUES = {
     name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": timeout}
-    for name, timeout in (("default", 300), ("labs", 900), ("messaging", 120))
+    for name, timeout in (
+        ("default", 300),
+        ("labs", 900),
+        ("labs-live", 900),
+        ("messaging", 120),
+    )
 }
 # Jobs enqueued inside a transaction are sent only once it commits (style: enqueue after
 # commit), so a worker never looks for a row that is not visible yet.
@@ -202,6 +207,9 @@ LAB_ROUTES = env_bool("LIBRARY_LAB_ROUTES", False)
 LAB_WORK_CAPACITY = env_int("LIBRARY_LAB_WORK_CAPACITY", 0, minimum=0)
 # Waiting places of the bounded "labs" queue (jobs.backpressure, drop_newest).
 LAB_QUEUE_CAPACITY = env_int("LIBRARY_LAB_QUEUE_CAPACITY", 20, minimum=1)
+# Lab runs one visitor (a learner, or an anonymous session) may have waiting or
+# running at once; past it a run is refused with a message, not queued.
+LAB_RUNS_PER_VISITOR = env_int("LIBRARY_LAB_RUNS_PER_VISITOR", 3, minimum=1)
 # Redis databases a live lab run may take as its sandbox (course.sandbox), one per
 # run at a time; the operator's own database is never among them.
 try:

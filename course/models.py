@@ -1,11 +1,12 @@
-"""A learner's progress through the course (one row per learner and lesson), and the
-effects of the live labs' probe messages."""
+"""A learner's progress through the course (one row per learner and lesson), who
+started which lab run, and the effects of the live labs' probe messages."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 
+from jobs.models import JobStatus
 from messaging.models import OutboxMessage
 
 
@@ -61,3 +62,31 @@ class ProbeEffect(models.Model):
 
     def __str__(self) -> str:
         return f"probe {self.run}#{self.seq}"
+
+
+class LabRun(models.Model):
+    """Whose lab run a JobStatus row is, so a learner finds their runs again.
+
+    ``visitor`` is ``user:<id>`` for a signed-in learner and ``anon:<digest>`` (of the
+    session key, never the key itself) for a visitor; the run's parameters, state,
+    result and times stay on the JobStatus row.
+    """
+
+    job = models.OneToOneField(
+        JobStatus, on_delete=models.CASCADE, primary_key=True, related_name="lab_run"
+    )
+    slug = models.SlugField(max_length=80)
+    visitor = models.CharField(max_length=80)
+    live = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["visitor", "slug", "-created_at"], name="course_labrun_mine"
+            )
+        ]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.slug} run by {self.visitor}"

@@ -516,26 +516,32 @@ def live_in_sandbox(slug: str, params: Params, progress: Progress) -> Tables:
     """Run ``slug``'s live part in a new sandbox (``manage.py labsandbox``)."""
     sandbox_sweep()
     with _sandbox_when_free(progress) as sandbox:
-        child = subprocess.Popen(
-            manage_command("labsandbox", slug, "--params", json.dumps(params)),
-            cwd=ROOT,
-            env=sandbox.environment(),
-            start_new_session=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        reply = _child_replies(child, progress)
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        log_path = sandbox.directory / "live.log"
+        with open(log_path, "wb") as child_log:
+            child = subprocess.Popen(
+                manage_command("labsandbox", slug, "--params", json.dumps(params)),
+                cwd=ROOT,
+                env=sandbox.environment(),
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=child_log,
+            )
+            reply = _child_replies(child, progress)
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        if "tables" not in reply:
+            # The sandbox (and this log) is about to go: keep the reason in ours.
+            tail = log_path.read_bytes()[-4000:].decode(errors="replace")
+            log.warning("live part of %s in sandbox %s:\n%s", slug, sandbox.id, tail)
     if "error" in reply:
         raise LabError(str(reply["error"]))
     if "tables" not in reply:
         raise LabError(
             f"The live part of {slug} stopped without an answer"
-            f" (exit status {child.returncode})."
+            f" (exit status {child.returncode}); the server's log has the reason."
         )
     tables: Tables = reply["tables"]
     return tables

@@ -15,9 +15,15 @@ from django.utils import timezone
 from course.labs.harness.base import Lab, LabError, NoLivePart, Params, Progress
 from course.labs.harness.live import LIVE_PREFIX
 from course.labs.registry import lab_get
-from course.models import LessonProgress
+from course.models import LabRun, LessonProgress
 from course.sandbox import lab_run_sandboxed
-from course.selectors import LAB_JOB_KIND, lab_job_get
+from course.selectors import (
+    LAB_JOB_KIND,
+    LivePlace,
+    lab_job_get,
+    lab_runs_in_flight,
+    live_run_place,
+)
 from jobs.backpressure import Admission, BoundedQueue
 from jobs.models import JobStatus
 from jobs.services import (
@@ -26,10 +32,15 @@ from jobs.services import (
     jobstatus_finish,
     jobstatus_progress,
     jobstatus_start,
+    jobstatus_waiting_note,
 )
 from jobs.supervision import JOB_RETRY
 
 logger = logging.getLogger(__name__)
+
+
+class LabRunsInFlight(LabError):
+    """The visitor already has as many runs waiting or running as one may."""
 
 
 class LabQueueFull(LabError):
@@ -41,6 +52,9 @@ class LabQueueFull(LabError):
 
 
 LAB_QUEUE = "labs"
+# Live runs wait on a queue of their own: a worker takes model runs (milliseconds)
+# before live runs (tens of seconds), and a live run's place in line is its index here.
+LAB_LIVE_QUEUE = "labs-live"
 # The rq entry point, named by its dotted path: course.tasks imports this module, and
 # queued jobs and running workers name the task by this string.
 RUN_LAB_TASK = "course.tasks.run_lab"
@@ -64,8 +78,13 @@ def lab_run_enqueue(
     user: AbstractBaseUser | AnonymousUser | None = None,
     live: bool = False,
     prediction: float | None = None,
+    visitor: str = "",
 ) -> JobStatus:
-    """Record a queued lab run and enqueue it on the bounded ``labs`` queue.
+    """Record a queued lab run and enqueue it on a bounded labs queue.
+
+    ``visitor`` (``user:<id>`` or ``anon:<digest>``) owns the run: their runs are
+    listed on the lesson page, and one visitor may have at most
+    ``LAB_RUNS_PER_VISITOR`` runs waiting or running (``LabRunsInFlight``).
 
     The job is offered to Redis only after the row commits, so a worker never looks
     for a row that is not visible yet, and a rollback sends nothing. The queue is
@@ -87,12 +106,23 @@ def lab_run_enqueue(
     admissions: list[Admission] = []
 
     def send() -> None:
-        admissions.append(_lab_run_admit(job))
+        admissions.append(_lab_run_admit(job, live=live))
+        if live:
+            live_queue_announce()
 
+    if visitor and lab_runs_in_flight(visitor=visitor) >= settings.LAB_RUNS_PER_VISITOR:
+        # Counted before the insert: two posts racing may pass together, so the cap
+        # can be exceeded by one at most; it bounds a visitor, it is not a quota.
+        raise LabRunsInFlight(
+            f"You already have {settings.LAB_RUNS_PER_VISITOR} runs waiting or"
+            " running; let one finish, then run again."
+        )
     with transaction.atomic():
         job = jobstatus_create(
             kind=LAB_JOB_KIND, name=lab.slug, params=stored, user=user
         )
+        if visitor:
+            LabRun.objects.create(job=job, slug=lab.slug, visitor=visitor, live=live)
         transaction.on_commit(send)
     if admissions and not admissions[0].accepted:
         raise LabQueueFull(
@@ -102,15 +132,15 @@ def lab_run_enqueue(
     return job
 
 
-def _lab_run_admit(job: JobStatus) -> Admission:
-    """Offer the run to the bounded ``labs`` queue; a refused run is marked failed.
+def _lab_run_admit(job: JobStatus, *, live: bool) -> Admission:
+    """Offer the run to its bounded queue; a refused run is marked failed.
 
     Runs after the commit (the row is visible to the worker), so the place taken
     is never one of a rolled-back run.
     """
 
     bounded = BoundedQueue(
-        django_rq.get_queue(LAB_QUEUE, commit_mode="auto"),
+        django_rq.get_queue(LAB_LIVE_QUEUE if live else LAB_QUEUE, commit_mode="auto"),
         capacity=settings.LAB_QUEUE_CAPACITY,
         policy="drop_newest",
     )
@@ -150,6 +180,8 @@ def lab_run_execute(*, job_id: uuid.UUID) -> None:
 
     stored = dict(job.params) if isinstance(job.params, dict) else {}
     live = stored.pop(LIVE_KEY, False) is True
+    if live:
+        live_queue_announce()  # one run left the line: the others moved up
     stored.pop(PREDICTION_KEY, None)
     report = _progress_reporter(job_id, live=live)
 
@@ -169,6 +201,34 @@ def lab_run_execute(*, job_id: uuid.UUID) -> None:
         )
         return
     jobstatus_finish(job_id=job_id, result=dict(result))
+
+
+def live_queue_announce() -> None:
+    """Tell each queued live run its place in line, in its message.
+
+    Live runs go one at a time (the ``labs-live`` queue); the message is what the
+    lesson page shows while the run waits, and it changes only when the line moves:
+    a live run queued or started.
+    """
+    queue_ids = django_rq.get_queue(LAB_LIVE_QUEUE).get_job_ids()
+    for rq_id in queue_ids:
+        try:
+            job_id = uuid.UUID(rq_id.removeprefix("lab-"))
+        except ValueError:
+            continue
+        job = lab_job_get(job_id=job_id)
+        place = live_run_place(job=job, queue_ids=queue_ids) if job else None
+        if place is not None:
+            jobstatus_waiting_note(job_id=job_id, message=place_text(place))
+
+
+def place_text(place: LivePlace) -> str:
+    """Return the waiting message of a queued live run."""
+    if place.ahead == 0:
+        return "live runs go one at a time: yours is next"
+    runs = "run" if place.ahead == 1 else "runs"
+    wait = f", about {place.wait_s} s" if place.wait_s else ""
+    return f"live runs go one at a time: {place.ahead} {runs} ahead of yours{wait}"
 
 
 def _progress_reporter(job_id: uuid.UUID, *, live: bool) -> Progress:

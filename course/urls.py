@@ -9,6 +9,7 @@ urlpatterns: list[URLPattern] = [
     path("<slug:slug>/", views.course_lesson, name="course-lesson"),
     path("<slug:slug>/run", views.course_lab_run, name="course-lab-run"),
     path("<slug:slug>/progress", views.course_progress, name="course-progress"),
+    path("<slug:slug>/compare", views.course_runs_compared, name="course-compare"),
     path(
         "<slug:slug>/runs/<uuid:job_id>/explained",
         views.course_run_explained,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any
 
@@ -11,6 +12,13 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from course.compare import (
+    FIRST,
+    SECOND,
+    chart_pair,
+    params_compared,
+    tables_compared,
+)
 from course.forms import LabForm
 from course.labs.harness.base import Lab
 from course.labs.registry import lab_find
@@ -22,10 +30,17 @@ from course.pages import (
     run_explain,
     see_links,
 )
-from course.selectors import lab_job_get, progress_by_slug, progress_get
+from course.selectors import (
+    lab_job_get,
+    lab_runs_recent,
+    progress_by_slug,
+    progress_get,
+)
 from course.services import (
     LIVE_KEY,
+    PREDICTION_KEY,
     LabQueueFull,
+    LabRunsInFlight,
     lab_run_enqueue,
     progress_answer,
     progress_lab_run,
@@ -75,6 +90,26 @@ def _user_id(request: HttpRequest) -> int | None:
     return int(user.pk) if user.is_authenticated else None
 
 
+def _visitor(request: HttpRequest, *, create: bool = False) -> str:
+    """Return who owns the runs made from this browser ("" if nobody yet).
+
+    A signed-in learner is ``user:<id>``. An anonymous visitor is a digest of their
+    session key (the key itself is a credential and never stored); with ``create``
+    the session is started so their first run has an owner.
+    """
+    user_id = _user_id(request)
+    if user_id is not None:
+        return f"user:{user_id}"
+    key = request.session.session_key
+    if key is None and create:
+        request.session["lab_visitor"] = True  # modified: the cookie is sent
+        request.session.save()
+        key = request.session.session_key
+    if key is None:
+        return ""
+    return "anon:" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
 def _render_lesson(
     request: HttpRequest,
     lesson: Lesson,
@@ -114,6 +149,12 @@ def _render_lesson(
         }
     user_id = _user_id(request)
     progress = progress_get(user_id=user_id, slug=lesson.slug)
+    visitor = _visitor(request)
+    runs = (
+        lab_runs_recent(slug=lab.slug, visitor=visitor)
+        if lab is not None and visitor
+        else []
+    )
     response = render(
         request,
         "course/lesson.html",
@@ -130,6 +171,7 @@ def _render_lesson(
             "code_links": code_links(text),
             "see_links": see_links(text),
             "progress": progress,
+            "runs": runs,
             "answered": progress.answered_of(len(text.questions) if text else 0),
             "progress_url": reverse("course-progress", args=[lesson.slug])
             if user_id is not None
@@ -202,7 +244,14 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
             user=request.user,
             live=form.live,
             prediction=form.prediction,
+            visitor=_visitor(request, create=True),
         )
+    except LabRunsInFlight as busy:
+        # This visitor's own limit: a message on the page, not a server error.
+        if _wants_json(request):
+            return JsonResponse({"error": str(busy)}, status=429)
+        form.add_error(None, str(busy))
+        return _render_lesson(request, lesson, lab, form, status=429)
     except LabQueueFull as full:
         # Backpressure reaches the user as a quick, temporary refusal.
         if _wants_json(request):
@@ -252,6 +301,65 @@ def course_run_explained(
     )
     response["Cache-Control"] = "private, no-cache"
     return response
+
+
+@require_GET
+def course_runs_compared(request: HttpRequest, slug: str) -> HttpResponse:
+    """Two runs of the lesson's lab side by side: parameters, tables and charts."""
+    lesson = _lesson_or_404(slug)
+    lab = lab_find(slug)
+    if lab is None:
+        raise Http404("This lesson's lab is not built yet")
+    jobs = []
+    for raw in request.GET.getlist("run"):
+        try:
+            job = lab_job_get(job_id=uuid.UUID(raw))
+        except ValueError:
+            job = None
+        if job is not None and job.name == lab.slug:
+            jobs.append(job)
+    if len(jobs) != 2:
+        return render(
+            request,
+            "course/compare.html",
+            {"lesson": lesson, "lab": lab, "error": True},
+            status=400,
+        )
+    first, second = jobs
+    tables = [_tables(first), _tables(second)]
+    charts = []
+    for chart in lab.charts:
+        pair = chart_pair(chart, tables[0].get(chart.table), tables[1].get(chart.table))
+        if pair is not None:
+            charts.append({"spec": pair[0], "table": pair[1]})
+    response = render(
+        request,
+        "course/compare.html",
+        {
+            "lesson": lesson,
+            "lab": lab,
+            "runs": [(FIRST, first), (SECOND, second)],
+            "params": params_compared(
+                _stored(first), _stored(second), [p.name for p in lab.params]
+            ),
+            "predictions": [_stored(job).get(PREDICTION_KEY) for job in jobs],
+            "live": [_stored(job).get(LIVE_KEY) is True for job in jobs],
+            "pairs": tables_compared(tables[0], tables[1]),
+            "charts": charts,
+        },
+    )
+    response["Cache-Control"] = "private, no-cache"
+    return response
+
+
+def _stored(job: Any) -> dict[str, object]:
+    return dict(job.params) if isinstance(job.params, dict) else {}
+
+
+def _tables(job: Any) -> dict[str, Any]:
+    result = job.result if isinstance(job.result, dict) else {}
+    tables = result.get("tables")
+    return dict(tables) if isinstance(tables, dict) else {}
 
 
 _PROGRESS_EVENTS = ("read", "answer")

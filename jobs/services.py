@@ -51,6 +51,21 @@ def jobstatus_progress(
     _bump(job_id, progress=max(0.0, min(100.0, progress)), message=message[:200])
 
 
+def jobstatus_waiting_note(*, job_id: uuid.UUID, message: str) -> bool:
+    """Describe a queued job's wait (its place in line); a started job is left alone.
+
+    True when the row changed (its version moves, so followers hear of it).
+    """
+    message = message[:200]
+    with transaction.atomic():
+        changed = (
+            JobStatus.objects.filter(pk=job_id, state=JobStatus.State.QUEUED)
+            .exclude(message=message)
+            .update(version=F("version") + 1, message=message)
+        )
+    return changed == 1
+
+
 def jobstatus_finish(*, job_id: uuid.UUID, result: dict[str, Any]) -> None:
     _bump(
         job_id,

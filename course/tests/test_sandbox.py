@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -34,7 +37,7 @@ from course.sandbox import (
     sandbox_sweep,
 )
 from library.models import Branch
-from tests.processes import ROOT, child_env
+from tests.processes import ROOT, child_env, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -233,3 +236,46 @@ def test_labsandbox_refuses_to_run_outside_a_sandbox():
     assert done.returncode != 0
     assert b"only inside a sandbox" in done.stderr
     assert b"Traceback" not in done.stderr
+
+
+def test_a_live_run_killed_midway_leaves_nothing_after_the_sweep():
+    # The owner (here the lab command; on the site the rq work-horse) dies by SIGKILL
+    # while its live part runs: no finally runs, so the sweep must find it all.
+    owner = subprocess.Popen(
+        [sys.executable, "manage.py", "lab", "message-queues", "--live", "--json"],
+        cwd=ROOT,
+        env=child_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def running_sandbox() -> Sandbox | None:
+            for manifest in (settings.VAR_DIR / "labs").glob("*/sandbox.json"):
+                with contextlib.suppress(OSError, ValueError):
+                    record = json.loads(manifest.read_text())
+                    if (
+                        record["owner_pid"] == owner.pid
+                        and len(sandbox_pids(record["id"])) >= 2
+                    ):  # labsandbox and the workers it started
+                        return Sandbox(
+                            record["id"],
+                            manifest.parent,
+                            record["database_url"],
+                            record["database_name"],
+                            record["redis_db"],
+                        )
+            return None
+
+        sandbox = wait_until(running_sandbox, "the live part's processes")
+    finally:
+        os.killpg(owner.pid, signal.SIGKILL)
+        owner.wait()
+
+    assert sandbox_pids(sandbox.id)  # orphans, still working in the sandbox
+    assert sandbox.id in sandbox_sweep()
+    assert sandbox_pids(sandbox.id) == []
+    assert not sandbox.directory.exists()
+    assert not database_exists(sandbox)
+    assert slot(sandbox.redis_db).get(MARKER_KEY) is None

@@ -1,0 +1,194 @@
+"""Runs are records: who ran what is kept, listed, compared, and bounded per visitor."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import django_rq
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
+
+from course.compare import chart_pair, params_compared, tables_compared
+from course.labs.harness.base import Chart
+from course.labs.registry import lab_get
+from course.models import LabRun
+from course.selectors import LivePlace, lab_runs_recent
+from course.services import (
+    LAB_LIVE_QUEUE,
+    lab_run_enqueue,
+    lab_run_execute,
+    live_queue_announce,
+    place_text,
+)
+from jobs.models import JobStatus
+from library.permissions import RUN_LIVE_LAB, permission_get
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def learner():
+    user = get_user_model().objects.create_user("learner", password="pw-learner-1")
+    client = Client()
+    client.force_login(user)
+    return user, client
+
+
+def run(client: Client, slug: str = "cache-layers", **params: str) -> str:
+    response = client.post(
+        f"/course/{slug}/run", params, HTTP_ACCEPT="application/json"
+    )
+    assert response.status_code == 202, response.content
+    return str(response.json()["job"])
+
+
+def test_a_learners_runs_are_kept_listed_and_comparable(
+    learner, redis_client, django_capture_on_commit_callbacks
+):
+    user, client = learner
+    with django_capture_on_commit_callbacks(execute=False):
+        first = run(client)
+        second = run(client, edge_capacity="5", prediction="12.5")
+    for job in (first, second):
+        lab_run_execute(job_id=uuid.UUID(job))  # what the worker does
+
+    runs = lab_runs_recent(slug="cache-layers", visitor=f"user:{user.pk}")
+    assert [str(row.job.id) for row in runs] == [second, first]
+    assert runs[0].changed == (("edge_capacity", "5"),)
+    assert runs[0].previous == uuid.UUID(first)
+    assert runs[1].changed == ()
+    assert runs[1].previous is None
+
+    html = client.get("/course/cache-layers/").content.decode()
+    assert "Your runs" in html
+    assert f"run={first}&amp;run={second}" in html  # "vs the run before"
+    assert "edge_capacity=5" in html
+
+    page = client.get(f"/course/cache-layers/compare?run={first}&run={second}")
+    assert page.status_code == 200
+    text = page.content.decode()
+    # The changed parameter's row is marked, and so are cells that moved with it.
+    assert re.search(r'<tr class="is-moved"><th scope="row"><code>edge_capacity', text)
+    assert 'class="is-moved"' in text.split("compare-pair", 1)[1]
+    assert "compare-charts-data" in text
+
+
+def test_someone_elses_runs_are_not_listed(learner, django_capture_on_commit_callbacks):
+    _, client = learner
+    with django_capture_on_commit_callbacks(execute=False):
+        run(client)
+    other = get_user_model().objects.create_user("other", password="pw-other-12")
+    visitor = Client()
+    visitor.force_login(other)
+    assert "Your runs" not in visitor.get("/course/cache-layers/").content.decode()
+
+
+def test_an_anonymous_visitor_finds_their_runs_again_by_session(
+    client, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        job = run(client)
+    record = LabRun.objects.get()
+    assert record.visitor.startswith("anon:")
+    assert client.session.session_key not in record.visitor  # a digest, not the key
+    assert job in client.get("/course/cache-layers/").content.decode()
+    assert "Your runs" not in Client().get("/course/cache-layers/").content.decode()
+
+
+@override_settings(LAB_RUNS_PER_VISITOR=2)
+def test_a_visitor_may_have_only_a_few_runs_in_flight(
+    client, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        run(client)
+        run(client)
+        refused = client.post(
+            "/course/cache-layers/run", {}, HTTP_ACCEPT="application/json"
+        )
+        page = client.post("/course/cache-layers/run", {})
+    assert refused.status_code == 429
+    assert "2 runs waiting or running" in refused.json()["error"]
+    assert page.status_code == 429
+    assert "let one finish" in page.content.decode()  # the message, on the lesson
+    assert JobStatus.objects.count() == 2
+    # Another visitor is not held up by this one.
+    with django_capture_on_commit_callbacks(execute=False):
+        run(Client())
+
+
+def test_comparing_needs_exactly_two_runs_of_this_lab(learner):
+    _, client = learner
+    assert client.get("/course/cache-layers/compare").status_code == 400
+    assert client.get("/course/cache-layers/compare?run=nope&run=1").status_code == 400
+
+
+def test_a_live_run_waits_on_its_own_queue_and_is_told_its_place(
+    redis_client, django_capture_on_commit_callbacks
+):
+    staff = get_user_model().objects.create_user("s", password="pw-staff-123")
+    staff.user_permissions.add(permission_get(RUN_LIVE_LAB))
+    lab = lab_get("message-queues")
+    with django_capture_on_commit_callbacks(execute=True):
+        jobs = [
+            lab_run_enqueue(lab=lab, params={}, user=staff, live=True, visitor="user:x")
+            for _ in range(3)
+        ]
+    assert django_rq.get_queue(LAB_LIVE_QUEUE).get_job_ids() == [
+        f"lab-{job.id}" for job in jobs
+    ]
+    live_queue_announce()  # also run after each enqueue; the messages are settled
+    messages = [JobStatus.objects.get(pk=job.id).message for job in jobs]
+    assert messages == [
+        "live runs go one at a time: yours is next",
+        "live runs go one at a time: 1 run ahead of yours",
+        "live runs go one at a time: 2 runs ahead of yours",
+    ]
+
+
+def test_the_place_text_names_the_wait_when_runs_have_finished_before():
+    assert place_text(LivePlace(ahead=3, wait_s=75)) == (
+        "live runs go one at a time: 3 runs ahead of yours, about 75 s"
+    )
+
+
+# --- the comparison itself (pure) ----------------------------------------------------
+
+
+def test_params_and_cells_that_moved_are_found():
+    rows = params_compared({"a": 1, "b": [1, 2]}, {"a": 2, "b": [1, 2]}, ["a", "b"])
+    assert [(row.name, row.differs) for row in rows] == [("a", True), ("b", False)]
+    first = {"t": {"columns": ["x", "y"], "rows": [[1, 2], [3, 4]]}}
+    second = {
+        "t": {"columns": ["x", "y"], "rows": [[1, 5], [3, 4], [6, 7]]},
+        "new": {"columns": ["z"], "rows": []},
+    }
+    pairs = tables_compared(first, second)
+    assert [pair.name for pair in pairs] == ["t", "new"]
+    assert pairs[0].moved == {(0, 1), (2, 0), (2, 1)}
+    assert pairs[1].first is None
+    assert pairs[0].second_rows()[0] == [(1, False), (5, True)]
+
+
+def test_a_chart_of_two_runs_pairs_each_series():
+    chart = Chart(table="t", label="layer", values=("share",), title="Share")
+    first = {"columns": ["layer", "share"], "rows": [["edge", 10], ["server", 20]]}
+    second = {"columns": ["layer", "share"], "rows": [["edge", 30], ["origin", 5]]}
+    spec, table = chart_pair(chart, first, second)
+    assert spec["values"] == ["share · A", "share · B"]
+    assert table == {
+        "columns": ["layer", "share · A", "share · B"],
+        "rows": [["edge", 10, 30], ["server", 20, None], ["origin", None, 5]],
+    }
+
+
+def test_a_split_chart_of_two_runs_keeps_each_rows_series():
+    chart = Chart(
+        table="d", label="consumers", values=("depths",), title="Depth", split=True
+    )
+    first = {"columns": ["consumers", "depths"], "rows": [[1, "2 4"]]}
+    second = {"columns": ["consumers", "depths"], "rows": [[1, "1 1"]]}
+    _, table = chart_pair(chart, first, second)
+    assert table["rows"] == [["A 1", "2 4"], ["B 1", "1 1"]]
+    assert chart_pair(chart, first, None) is None
