@@ -16,6 +16,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("course/", include("course.urls")),
     path("jobs/", include("jobs.urls")),
+    # The monthly report's pages (library.report) kept their /jobs/ addresses.
+    path("jobs/", include("library.report.urls")),
     # Lab-only routes (404 unless LAB_ROUTES), at the root where the labs call them.
     path("", include("course.instruments.urls")),
     path("", include("realtime.urls")),

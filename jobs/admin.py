@@ -1,4 +1,8 @@
-"""JobStatus in the admin: what ran, for whom, how far; cancel and resume reports."""
+"""JobStatus in the admin: what ran, for whom, how far; cancel and resume jobs.
+
+A kind is resumable when its app registered it in ``jobs.resumable`` (the monthly
+loan report, from LibraryConfig.ready()); jobs knows no kind by name.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,9 @@ from django.utils.html import format_html
 # For its side effect: it re-registers django-rq's admin with guarded routes.
 import jobs.admin_rq
 import jobs.admin_scheduler  # noqa: F401  (registers the scheduled tasks' admin)
-from jobs import report
 from jobs.models import JobStatus
-from jobs.services import CancelOutcome
+from jobs.resumable import JobRefused, jobstatus_resume
+from jobs.services import REASON_OPERATOR, CancelOutcome, jobstatus_cancel_request
 
 
 @admin.register(JobStatus)
@@ -69,8 +73,8 @@ class JobStatusAdmin(admin.ModelAdmin[JobStatus]):
         who = request.user.get_username()
         outcomes: dict[str, int] = {}
         for job_id in queryset.values_list("pk", flat=True):
-            outcome = report.report_cancel(
-                job_id=job_id, reason=f"{report.REASON_OPERATOR} ({who})"
+            outcome = jobstatus_cancel_request(
+                job_id=job_id, reason=f"{REASON_OPERATOR} ({who})"
             )
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
         stopped = outcomes.get(CancelOutcome.CANCELLED, 0)
@@ -90,8 +94,8 @@ class JobStatusAdmin(admin.ModelAdmin[JobStatus]):
         resumed, refused = 0, 0
         for job_id in queryset.values_list("pk", flat=True):
             try:
-                report.report_resume(job_id=job_id)
-            except report.ReportError:
+                jobstatus_resume(job_id=job_id)
+            except JobRefused:
                 refused += 1
             else:
                 resumed += 1

@@ -4,7 +4,7 @@ A task's name is its identity in the database (ScheduledTaskState and
 ScheduledTaskAction rows): renaming one starts a new schedule.
 """
 
-from jobs.recurrence import CatchUp, Every, MonthEnd, Monthly
+from jobs.recurrence import Every
 from jobs.scheduler import PeriodicTask
 
 PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
@@ -20,17 +20,6 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
         func="jobs.tasks.jobstatus_prune",
         recurrence=Every.minutes(60),
         kwargs={"older_than_days": 7},
-    ),
-    PeriodicTask(
-        # Each month's report is its own output: make up the last three at most.
-        name="monthly_loan_report",
-        func="jobs.report.start.monthly_loan_report_start",
-        recurrence=Monthly(day=1, hour=2, minute=0, month_end=MonthEnd.CLAMP),
-        catch_up=CatchUp.CATCH_UP,
-        catch_up_limit=3,
-        pass_slot=True,
-        lease_seconds=120,
-        timeout_seconds=3600,
     ),
     PeriodicTask(
         # The operations history's levels (jobs.series): inline, because a sample

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.utils import timezone
 
 from jobs.models import JobStatus
-from jobs.report import REPORT_KIND
+from jobs.resumable import resumable_kinds
 
 
 def jobstatus_payload(job: JobStatus) -> dict[str, Any]:
@@ -53,12 +53,13 @@ def _params_total(job: JobStatus) -> int | None:
 def jobstatus_resumable(
     job: JobStatus, *, now: datetime.datetime | None = None
 ) -> bool:
-    """Return whether the report may be enqueued again from its checkpoint.
+    """Return whether the job may be enqueued again from its checkpoint.
 
-    Cancelled reports are; so is a running one whose lease ran out (its worker died
-    without a word). Other kinds of job do not keep a checkpoint.
+    Only a kind registered as resumable (jobs.resumable, e.g. the monthly loan
+    report) keeps a checkpoint. Cancelled jobs of such a kind are; so is a running
+    one whose lease ran out (its worker died without a word).
     """
-    if job.kind != REPORT_KIND:
+    if job.kind not in resumable_kinds():
         return False
     if job.state == JobStatus.State.CANCELLED:
         return True
@@ -77,23 +78,6 @@ def jobstatus_visible_to(
     if not user.is_authenticated:
         return False
     return bool(getattr(user, "is_staff", False)) or job.created_by_id == user.pk
-
-
-def report_get(*, job_id: uuid.UUID) -> JobStatus | None:
-    return (
-        JobStatus.objects.select_related("created_by")
-        .filter(pk=job_id, kind=REPORT_KIND)
-        .first()
-    )
-
-
-def report_recent(*, limit: int = 10) -> list[JobStatus]:
-    """Return the newest reports, newest first."""
-    return list(
-        JobStatus.objects.select_related("created_by")
-        .filter(kind=REPORT_KIND)
-        .order_by("-created_at")[:limit]
-    )
 
 
 def jobstatus_changed_since(*, job_id: uuid.UUID, version: int) -> JobStatus | None:

@@ -105,6 +105,11 @@ def jobstatus_prune(*, older_than_days: int) -> int:
 # the newer run's checkpoint (compare-and-set, checked by the row count).
 
 
+# The reason an operator's cancel records (the admin's "Cancel selected"), followed
+# by who asked: "cancelled by an operator (ada)".
+REASON_OPERATOR = "cancelled by an operator"
+
+
 class CancelOutcome(StrEnum):
     """What a cancel request did to the row (shown to users)."""
 

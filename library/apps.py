@@ -12,10 +12,12 @@ class LibraryConfig(AppConfig):
 
         import library.subscribers  # noqa: F401  (binds the library's handlers)
         from config.admin_site import ProjectAdminSite
+        from jobs.resumable import resumable_kind_register
         from jobs.scheduler import periodic_tasks_register
         from library.admin_metrics import cache_metrics_pages
         from library.admin_operations import operations_history_pages
         from library.periodic import PERIODIC_TASKS
+        from library.report import REPORT_KIND, report_resume
         from library.telemetry import telemetry_register
 
         # admin.site is the default site that config.admin_apps names.
@@ -25,3 +27,6 @@ class LibraryConfig(AppConfig):
         site.add_pages(operations_history_pages)
         telemetry_register()
         periodic_tasks_register(*PERIODIC_TASKS)
+        # The monthly report keeps a checkpoint: the admin's "Resume selected" and
+        # the status payload's "resumable" ask jobs.resumable, which knows no kind.
+        resumable_kind_register(REPORT_KIND, report_resume)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 
 from library import views
+from library.report import stream
 from library.views import desk
 
 urlpatterns: list[URLPattern] = [
@@ -31,4 +32,7 @@ urlpatterns: list[URLPattern] = [
     path(
         "loans/suggest/loans.json", desk.desk_suggest_loans, name="desk-suggest-loans"
     ),
+    # The monthly loans as a streamed CSV (library.report.stream); its address is
+    # the one it had while it lived in the realtime app.
+    path("realtime/reports/loans.csv", stream.loans_csv, name="report-loans-csv"),
 ]

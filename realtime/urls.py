@@ -1,6 +1,6 @@
 from django.urls import path
 
-from realtime import streaming, upgrade, views
+from realtime import upgrade, views
 
 urlpatterns = [
     path("branches/<int:branch_id>/live/", views.branch_live, name="branch-live"),
@@ -18,6 +18,5 @@ urlpatterns = [
         name="realtime-branch-events",
     ),
     path("realtime/metrics", views.realtime_metrics, name="realtime-metrics"),
-    path("realtime/reports/loans.csv", streaming.loans_csv, name="report-loans-csv"),
     *upgrade.urlpatterns,
 ]

@@ -185,7 +185,7 @@ def test_a_failing_run_records_its_error_and_gives_the_lease_back(
 def test_the_monthly_run_starts_the_report_of_the_month_before_its_slot(
     redis_client, django_capture_on_commit_callbacks
 ):
-    pytest.importorskip("jobs.report")  # built separately; present in this tree
+    pytest.importorskip("library.report")  # built separately; present in this tree
     # A caught-up slot reports its own month, not the month before today.
     with django_capture_on_commit_callbacks(execute=False):
         assert (

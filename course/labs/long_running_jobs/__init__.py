@@ -17,10 +17,10 @@ Tables: ``cancelled`` (processed, total, status of the first run), ``resumed``
 (for chunk sizes 100, 500, 3000, 10000: ``ceil(records / chunk)`` progress writes and
 a worst-case cancel delay of one chunk).
 
-Live part: the real monthly loan report (``jobs.report``) on a real rq worker
+Live part: the real monthly loan report (``library.report``) on a real rq worker
 process, over ``records`` loans of a throwaway branch (loan ``i`` out ``i % 30``
 days, as in the model). It is cancelled through the page's Cancel path
-(``jobs.report.report_cancel``, what the Cancel button's view calls) once its row
+(``library.report.report_cancel``, what the Cancel button's view calls) once its row
 shows ``cancel_at_pct`` percent, resumed (``report_resume``, the Resume button's
 path), and compared with an uninterrupted run over the same loans.
 """

@@ -17,8 +17,8 @@ from course.labs.harness.base import (
     table,
 )
 from course.labs.harness.jsnum import js_round
-from jobs import report
 from jobs.models import JobStatus
+from library import report
 from library.models import Book, Branch, Loan, Member
 
 if TYPE_CHECKING:

@@ -32,23 +32,30 @@ resumed run never counts a loan twice and never skips one.
 
 Sub-modules: ``scope`` (names, limits, params, checkpoint and the loans in scope),
 ``start`` (start, cancel, resume), ``run`` (the chunked run), ``cancellation`` (the
-stop reasons read at chunk boundaries) and ``csv_rows`` (the finished report as CSV).
-The rq entry point ``report_run`` lives in ``run`` and is exposed here too, so jobs
-queued under the older dotted path ``jobs.report.report_run`` still resolve.
+stop reasons read at chunk boundaries), ``csv_rows`` (the finished report as CSV),
+``selectors`` (the report rows a page shows), ``views`` and ``urls`` (the pages:
+start, follow, cancel, resume, download) and ``stream`` (a month's loans as a
+streamed CSV, ``/realtime/reports/loans.csv``).
+
+The rq entry point is ``library.report.run.report_run`` (rq stores a job's function
+by that dotted path). It lived in ``jobs.report`` until the report moved to the
+library (issue #13); jobs must not import the library, so no alias is left there:
+an rq job queued before the upgrade fails on import, and its row stays queued.
+LibraryConfig.ready() registers the report's kind as resumable (jobs.resumable).
 """
 
 from __future__ import annotations
 
-from jobs.report.csv_rows import report_csv_rows, report_filename
-from jobs.report.run import report_execute, report_run
-from jobs.report.scope import (
+from jobs.services import REASON_OPERATOR
+from library.report.csv_rows import report_csv_rows, report_filename
+from library.report.run import report_execute, report_run
+from library.report.scope import (
     ALL_MONTHS,
     CSV_COLUMNS,
     DEFAULT_CHUNK,
     LEASE_S,
     MAX_CHUNK,
     MAX_PAUSE_MS,
-    REASON_OPERATOR,
     REASON_SHUTDOWN,
     REASON_TIME_LIMIT,
     REASON_USER,
@@ -63,7 +70,7 @@ from jobs.report.scope import (
     ReportParams,
     previous_month,
 )
-from jobs.report.start import monthly_report_start, report_cancel, report_resume
+from library.report.start import monthly_report_start, report_cancel, report_resume
 
 __all__ = [
     "ALL_MONTHS",

@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 from django.utils import timezone
 
 from jobs.models import JobStatus
+from jobs.resumable import JobRefused
 from library.models import Loan
 
 REPORT_KIND = "report"
@@ -28,14 +29,14 @@ LEASE_S = 60.0
 RQ_TIMEOUT_S = 6 * 3600
 
 REASON_USER = "cancelled by the user"
-REASON_OPERATOR = "cancelled by an operator"
+# REASON_OPERATOR (the admin's cancel) is generic JobStatus work: jobs.services.
 REASON_SHUTDOWN = "worker shutdown"
 REASON_TIME_LIMIT = "time limit"
 
 CSV_COLUMNS = ["branch_id", "branch", "loans", "returned", "open", "days", "avg_days"]
 
 
-class ReportError(Exception):
+class ReportError(JobRefused):
     """A report request that cannot be carried out; the message is safe to show."""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from jobs.models import JobStatus
-from jobs.report.scope import ALL_MONTHS, CSV_COLUMNS
+from library.report.scope import ALL_MONTHS, CSV_COLUMNS
 
 
 def report_csv_rows(job: JobStatus) -> Iterator[list[str | int | float]]:

@@ -2,7 +2,7 @@
 
 Being staff opens the admin and nothing more (``library.permissions``); the CSV holds
 every loan of a month with members' ids, so it asks for the same right as starting
-and downloading a report in ``jobs.views``.
+and downloading a report in ``library.report.views``.
 """
 
 from __future__ import annotations

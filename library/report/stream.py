@@ -25,8 +25,10 @@ Under another server the lookup finds nothing and the wait is skipped.
 Disconnect. Django's ASGI handler cancels the response when daphne reports
 ``http.disconnect``; the cancellation lands in the generator's current ``await``,
 so no further chunk is read. Outcomes are counted in the Redis hash
-``realtime:reports`` (started, completed, failed, abandoned, rows) and in
-``PRODUCTION`` for this process.
+``realtime:reports`` (started, completed, failed, abandoned, rows; the key kept
+the name it had while this module was ``realtime.streaming``), written through the
+library's Redis client (``library.cache.connection``), and in ``PRODUCTION`` for
+this process.
 
 ``?form=buffered`` builds the same body first and sends it with a Content-Length:
 the form the lesson compares against. With ``LAB_ROUTES`` on, ``lab_lines``,
@@ -63,10 +65,12 @@ from django.http import (
     StreamingHttpResponse,
 )
 
+from library.cache.connection import cache_redis
 from library.models import Loan
 from library.permissions import RUN_REPORT, user_may
-from realtime.accounting import redis_client
 
+# The logger and the counters' key keep the names they had in realtime.streaming,
+# so the logs and the counters carry on across the move.
 log = logging.getLogger("realtime")
 
 CHUNK_ROWS: Final = 1000
@@ -114,7 +118,7 @@ class ReportProductionError(RuntimeError):
 def _count(**fields: int) -> None:
     PRODUCTION.update(fields)
     try:
-        with redis_client().pipeline(transaction=False) as pipe:
+        with cache_redis().pipeline(transaction=False) as pipe:
             for name, value in fields.items():
                 pipe.hincrby(REPORTS_KEY, name, value)
             pipe.execute()
@@ -288,7 +292,7 @@ async def loans_csv(request: HttpRequest) -> HttpResponseBase:
     sends it whole."""
     # The lab's synthetic lines hold no loan data: with lab routes on, anyone may
     # ask for them. The report itself needs the right the report pages ask for
-    # (jobs.views): being staff only opens the admin.
+    # (library.report.views): being staff only opens the admin.
     synthetic = settings.LAB_ROUTES and "lab_lines" in request.GET
     user = await request.auser()
     if not synthetic and not user.is_authenticated:

@@ -12,8 +12,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs.models import JobStatus
-from jobs.report.run import report_run
-from jobs.report.scope import (
+from jobs.services import (
+    CancelOutcome,
+    jobstatus_cancel_request,
+    jobstatus_create,
+    jobstatus_requeue,
+)
+from library.models import Branch
+from library.report.run import report_run
+from library.report.scope import (
     ALL_MONTHS,
     DEFAULT_CHUNK,
     MAX_CHUNK,
@@ -29,13 +36,6 @@ from jobs.report.scope import (
     month_bounds,
     previous_month,
 )
-from jobs.services import (
-    CancelOutcome,
-    jobstatus_cancel_request,
-    jobstatus_create,
-    jobstatus_requeue,
-)
-from library.models import Branch
 
 
 def _enqueue(job: JobStatus, queue: Any) -> None:
@@ -125,7 +125,7 @@ def report_resume(*, job_id: uuid.UUID, queue: Any = None) -> JobStatus:
     return job
 
 
-# --- the scheduled run (jobs.periodic) ------------------------------------------------
+# --- the scheduled run (library.periodic) ---------------------------------------------
 
 
 def report_month(slot: datetime.datetime) -> str:

@@ -6,10 +6,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from jobs import report
 from jobs.models import JobStatus
-from jobs.tests.test_report import row, start
+from library import report
 from library.permissions import RUN_REPORT, permission_get
+from library.tests.test_report import row, start
 
 pytestmark = pytest.mark.django_db
 

@@ -17,9 +17,9 @@ import pytest
 
 from course.instruments.processes import child_environment, kill_group, start_manage
 from course.labs.harness.live import child_pids
-from jobs import report
 from jobs.models import JobStatus
-from jobs.tests.test_report import LOANS, make_loans, row
+from library import report
+from library.tests.test_report import LOANS, make_loans, row
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

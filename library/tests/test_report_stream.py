@@ -16,8 +16,8 @@ from django.test import AsyncClient, Client
 
 from library.models import Book, Branch, Loan, Member
 from library.permissions import RUN_REPORT, permission_get
-from realtime import streaming
-from realtime.streaming import REPORTS_KEY
+from library.report import stream as streaming
+from library.report.stream import REPORTS_KEY
 from tests.processes import child_env, free_port, start_daphne, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

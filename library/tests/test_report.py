@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs import report
 from jobs.models import JobStatus
 from jobs.selectors import jobstatus_payload, jobstatus_resumable
 from jobs.services import CancelOutcome, jobstatus_claim
+from library import report
 from library.models import Book, Branch, Loan, Member
 
 pytestmark = pytest.mark.django_db
@@ -216,7 +216,21 @@ def test_time_limit_cancels_at_a_boundary_and_resumes(clean_result):
     assert row(job).result == clean_result
 
 
-def test_sigterm_finishes_the_chunk_and_marks_worker_shutdown(clean_result):
+@pytest.fixture
+def default_sigterm() -> Any:
+    """SIGTERM at its default, as in an rq work-horse, whatever ran before.
+
+    A test that ran an rq SimpleWorker in this process (jobs.tests, which now run
+    before these) leaves the worker's handler installed; chained, it would raise.
+    """
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_finishes_the_chunk_and_marks_worker_shutdown(
+    clean_result, default_sigterm
+):
     job = start()
     previous = signal.getsignal(signal.SIGTERM)
 

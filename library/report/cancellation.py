@@ -18,7 +18,7 @@ from rq import get_current_job
 from rq.worker import Worker
 
 from jobs.models import JobStatus
-from jobs.report.scope import REASON_SHUTDOWN, REASON_TIME_LIMIT, REASON_USER
+from library.report.scope import REASON_SHUTDOWN, REASON_TIME_LIMIT, REASON_USER
 
 
 class ShutdownFlag:

@@ -13,8 +13,15 @@ from typing import Any
 from rq import get_current_job
 
 from jobs.models import JobStatus
-from jobs.report.cancellation import ShutdownFlag, stop_reason
-from jobs.report.scope import (
+from jobs.services import (
+    jobstatus_checkpoint,
+    jobstatus_claim,
+    jobstatus_complete,
+    jobstatus_stop,
+)
+from library.models import Branch
+from library.report.cancellation import ShutdownFlag, stop_reason
+from library.report.scope import (
     LEASE_S,
     Announce,
     BranchTotals,
@@ -24,13 +31,6 @@ from jobs.report.scope import (
     loans_in_scope,
     params_of,
 )
-from jobs.services import (
-    jobstatus_checkpoint,
-    jobstatus_claim,
-    jobstatus_complete,
-    jobstatus_stop,
-)
-from library.models import Branch
 
 logger = logging.getLogger(__name__)
 
