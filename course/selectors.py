@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from course.labs.registry import LABS
@@ -114,7 +115,7 @@ def lab_runs_recent(*, slug: str, visitor: str, limit: int = 10) -> list[RunRow]
 
 
 def _changed(
-    params: object, defaults: dict[str, object]
+    params: object, defaults: Mapping[str, object]
 ) -> tuple[tuple[str, str], ...]:
     values = params if isinstance(params, dict) else {}
     return tuple(
@@ -160,7 +161,12 @@ def live_run_place(*, job: JobStatus, queue_ids: list[str]) -> LivePlace | None:
         .order_by("-created_at")
         .values_list("job__started_at", "job__finished_at")[:10]
     )
-    if not recent:
+    seconds = [
+        (end - start).total_seconds()
+        for start, end in recent
+        if start is not None and end is not None
+    ]
+    if not seconds:
         return LivePlace(ahead=ahead, wait_s=None)
-    mean = sum((end - start).total_seconds() for start, end in recent) / len(recent)
+    mean = sum(seconds) / len(seconds)
     return LivePlace(ahead=ahead, wait_s=round(mean * ahead))

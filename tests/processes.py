@@ -34,7 +34,7 @@ WAIT_DEADLINE_S = 60.0
 
 
 def wait_until(
-    condition: Callable[[], T], what: str, deadline_s: float = WAIT_DEADLINE_S
+    condition: Callable[[], T | None], what: str, deadline_s: float = WAIT_DEADLINE_S
 ) -> T:
     """Poll ``condition`` until it returns something true, and return that.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
 import django_rq
 import pytest
@@ -63,7 +64,7 @@ def test_a_learners_runs_are_kept_listed_and_comparable(
 
     html = client.get("/course/cache-layers/").content.decode()
     assert "Your runs" in html
-    assert f"run={first}&amp;run={second}" in html  # "vs the run before"
+    assert f"run={first}&amp;run={second}" in html  # "vs previous"
     assert "edge_capacity=5" in html
 
     page = client.get(f"/course/cache-layers/compare?run={first}&run={second}")
@@ -160,7 +161,7 @@ def test_params_and_cells_that_moved_are_found():
     rows = params_compared({"a": 1, "b": [1, 2]}, {"a": 2, "b": [1, 2]}, ["a", "b"])
     assert [(row.name, row.differs) for row in rows] == [("a", True), ("b", False)]
     first = {"t": {"columns": ["x", "y"], "rows": [[1, 2], [3, 4]]}}
-    second = {
+    second: dict[str, dict[str, Any]] = {
         "t": {"columns": ["x", "y"], "rows": [[1, 5], [3, 4], [6, 7]]},
         "new": {"columns": ["z"], "rows": []},
     }
@@ -175,7 +176,9 @@ def test_a_chart_of_two_runs_pairs_each_series():
     chart = Chart(table="t", label="layer", values=("share",), title="Share")
     first = {"columns": ["layer", "share"], "rows": [["edge", 10], ["server", 20]]}
     second = {"columns": ["layer", "share"], "rows": [["edge", 30], ["origin", 5]]}
-    spec, table = chart_pair(chart, first, second)
+    pair = chart_pair(chart, first, second)
+    assert pair is not None
+    spec, table = pair
     assert spec["values"] == ["share · A", "share · B"]
     assert table == {
         "columns": ["layer", "share · A", "share · B"],
@@ -189,6 +192,8 @@ def test_a_split_chart_of_two_runs_keeps_each_rows_series():
     )
     first = {"columns": ["consumers", "depths"], "rows": [[1, "2 4"]]}
     second = {"columns": ["consumers", "depths"], "rows": [[1, "1 1"]]}
-    _, table = chart_pair(chart, first, second)
+    pair = chart_pair(chart, first, second)
+    assert pair is not None
+    _, table = pair
     assert table["rows"] == [["A 1", "2 4"], ["B 1", "1 1"]]
     assert chart_pair(chart, first, None) is None
