@@ -43,7 +43,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -84,6 +84,8 @@ LEASE_KEY: Final = "lab:sandbox:lease"
 LEASE_S: Final = 60
 RENEW_EVERY_S: Final = 10.0
 MIGRATE_TIMEOUT_S: Final = 600.0
+# How long a new sandbox waits for a Redis database to come free, polling each second.
+SLOT_WAIT_S: Final = 300.0
 
 # KEYS: marker, lease. ARGV: sandbox id, lease seconds. Returns 1 if claimed.
 _CLAIM = """
@@ -149,10 +151,14 @@ def _slot_client(db: int) -> redis.Redis:
 # --- Creating and removing ---------------------------------------------------------
 
 
+def _no_wait() -> None:
+    pass
+
+
 @contextlib.contextmanager
-def sandbox_open() -> Iterator[Sandbox]:
+def sandbox_open(on_wait: Callable[[], None] = _no_wait) -> Iterator[Sandbox]:
     """Make a sandbox, renew its lease while the block runs, and remove it after."""
-    sandbox = sandbox_create()
+    sandbox = sandbox_create(on_wait)
     stop = threading.Event()
     renewer = threading.Thread(
         target=_renew_lease, args=(sandbox, stop), name=f"sandbox-{sandbox.id}"
@@ -167,12 +173,25 @@ def sandbox_open() -> Iterator[Sandbox]:
         sandbox_remove(sandbox)
 
 
-def sandbox_create() -> Sandbox:
-    """Claim a Redis database, copy the template database, and record the sandbox."""
+def sandbox_create(on_wait: Callable[[], None] = _no_wait) -> Sandbox:
+    """Claim a Redis database, copy the template database, and record the sandbox.
+
+    With every sandbox database taken, wait for one (``on_wait`` is called each
+    second) up to ``SLOT_WAIT_S``, then raise ``SandboxError``.
+    """
     sandbox_id = uuid.uuid4().hex[:10]
+    deadline = time.monotonic() + SLOT_WAIT_S
+    while (redis_db := _claim_slot(sandbox_id)) is None:
+        on_wait()
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                "Every Redis database set aside for lab sandboxes stayed in use"
+                f" ({', '.join(map(str, redis_slots())) or 'none configured'});"
+                " try again when a live run has finished."
+            )
+        time.sleep(1.0)
     directory = labs_dir() / sandbox_id
     directory.mkdir(parents=True)
-    redis_db = _claim_slot(sandbox_id)
     database_url, database_name = _database_for(sandbox_id, directory)
     sandbox = Sandbox(sandbox_id, directory, database_url, database_name, redis_db)
     # Recorded before the database exists, so a crash from here on leaves a record
@@ -194,7 +213,8 @@ def sandbox_remove(sandbox: Sandbox) -> None:
     shutil.rmtree(sandbox.directory, ignore_errors=True)
 
 
-def _claim_slot(sandbox_id: str) -> int:
+def _claim_slot(sandbox_id: str) -> int | None:
+    """Claim a free sandbox Redis database; None if every one is taken."""
     for db in redis_slots():
         client = _slot_client(db)
         try:
@@ -203,11 +223,7 @@ def _claim_slot(sandbox_id: str) -> int:
             client.close()
         if claimed == 1:
             return db
-    raise SandboxError(
-        "Every Redis database set aside for lab sandboxes is in use"
-        f" ({', '.join(map(str, redis_slots())) or 'none configured'});"
-        " try again when a live run has finished."
-    )
+    return None
 
 
 def _slot_release(sandbox: Sandbox) -> None:
@@ -489,7 +505,6 @@ def sandbox_sweep() -> list[str]:
 
 # --- A live part run inside a sandbox ----------------------------------------------
 
-SLOT_WAIT_S: Final = 300.0
 LIVE_TIMEOUT_S: Final = 840.0  # inside the labs queue's 900 s job timeout
 
 
@@ -515,60 +530,51 @@ def lab_run_sandboxed(
 def live_in_sandbox(slug: str, params: Params, progress: Progress) -> Tables:
     """Run ``slug``'s live part in a new sandbox (``manage.py labsandbox``)."""
     sandbox_sweep()
-    with _sandbox_when_free(progress) as sandbox:
-        log_path = sandbox.directory / "live.log"
-        with open(log_path, "wb") as child_log:
-            child = subprocess.Popen(
-                manage_command("labsandbox", slug, "--params", json.dumps(params)),
-                cwd=ROOT,
-                env=sandbox.environment(),
-                start_new_session=True,
-                stdout=subprocess.PIPE,
-                stderr=child_log,
-            )
-            reply = _child_replies(child, progress)
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        if "tables" not in reply:
-            # The sandbox (and this log) is about to go: keep the reason in ours.
-            tail = log_path.read_bytes()[-4000:].decode(errors="replace")
-            log.warning("live part of %s in sandbox %s:\n%s", slug, sandbox.id, tail)
+
+    def waiting() -> None:
+        progress(0.0, f"{LIVE_PREFIX}waiting for a free sandbox")
+
+    try:
+        with sandbox_open(on_wait=waiting) as sandbox:
+            reply, status = _child_run(sandbox, slug, params, progress)
+    except SandboxError as error:
+        raise LabError(str(error)) from None
     if "error" in reply:
         raise LabError(str(reply["error"]))
     if "tables" not in reply:
         raise LabError(
             f"The live part of {slug} stopped without an answer"
-            f" (exit status {child.returncode}); the server's log has the reason."
+            f" (exit status {status}); the server's log has the reason."
         )
     tables: Tables = reply["tables"]
     return tables
 
 
-@contextlib.contextmanager
-def _sandbox_when_free(progress: Progress) -> Iterator[Sandbox]:
-    deadline = time.monotonic() + SLOT_WAIT_S
-    while True:
+def _child_run(
+    sandbox: Sandbox, slug: str, params: Params, progress: Progress
+) -> tuple[dict[str, Any], int | None]:
+    """Run the live part in the sandbox's child; return its answer and exit status."""
+    log_path = sandbox.directory / "live.log"
+    with open(log_path, "wb") as child_log:
+        child = subprocess.Popen(
+            manage_command("labsandbox", slug, "--params", json.dumps(params)),
+            cwd=ROOT,
+            env=sandbox.environment(),
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=child_log,
+        )
+        reply = _child_replies(child, progress)
         try:
-            opened = sandbox_open()
-            sandbox = opened.__enter__()
-            break
-        except SandboxError:
-            if time.monotonic() > deadline:
-                raise LabError(
-                    "Every lab sandbox stayed busy for five minutes; try again later."
-                ) from None
-            progress(0.0, f"{LIVE_PREFIX}waiting for a free sandbox")
-            time.sleep(1.0)
-    try:
-        yield sandbox
-    except BaseException as error:
-        opened.__exit__(type(error), error, error.__traceback__)
-        raise
-    else:
-        opened.__exit__(None, None, None)
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    if "tables" not in reply:
+        # The sandbox (and this log) is about to go: keep the reason in ours.
+        tail = log_path.read_bytes()[-4000:].decode(errors="replace")
+        log.warning("live part of %s in sandbox %s:\n%s", slug, sandbox.id, tail)
+    return reply, child.returncode
 
 
 def _child_replies(

@@ -9,6 +9,7 @@ from typing import Any
 import django_rq
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 
 from course.compare import chart_pair, params_compared, tables_compared
@@ -197,3 +198,25 @@ def test_a_split_chart_of_two_runs_keeps_each_rows_series():
     _, table = pair
     assert table["rows"] == [["A 1", "2 4"], ["B 1", "1 1"]]
     assert chart_pair(chart, first, None) is None
+
+
+def test_an_operator_reads_lab_runs_in_the_admin_and_cannot_change_them(
+    django_capture_on_commit_callbacks,
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        run(Client())
+    operator = get_user_model().objects.create_user(
+        "op", password="pw-operator-1", is_staff=True
+    )
+    admin_client = Client()
+    admin_client.force_login(operator)
+    assert admin_client.get("/admin/course/labrun/").status_code == 403  # no right
+    operator.user_permissions.add(Permission.objects.get(codename="view_labrun"))
+    page = admin_client.get("/admin/course/labrun/")
+    assert page.status_code == 200
+    assert "cache-layers" in page.content.decode()
+    record = LabRun.objects.get()
+    delete = f"/admin/course/labrun/{record.pk}/delete/"
+    change = admin_client.post(delete, {"post": "yes"})
+    assert change.status_code == 403
+    assert LabRun.objects.exists()

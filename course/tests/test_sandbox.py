@@ -10,12 +10,13 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import pytest
 import redis
-from django.apps import apps
 from django.conf import settings
 from django.db import connection
+from django.test import override_settings
 
 import course.sandbox
 from config.redis_server import with_db
@@ -38,6 +39,7 @@ from course.sandbox import (
 )
 from library.models import Branch
 from tests.processes import ROOT, child_env, wait_until
+from tests.snapshots import operator_snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -172,19 +174,6 @@ def test_a_redis_database_is_claimed_only_if_empty_or_stale(redis_client):
     assert redis_client.get("left:by:a") is None
 
 
-def operator_snapshot(redis_client: redis.Redis) -> dict[str, object]:
-    """Every row of every table and every Redis key (with its value) of the operator."""
-    rows: dict[str, object] = {}
-    for model in apps.get_models():
-        if not model._meta.managed or model._meta.proxy:
-            continue  # no table of its own (django-rq's dashboard, proxies)
-        rows[model._meta.label] = list(
-            model._default_manager.order_by("pk").values_list()
-        )
-    keys = {key: redis_client.dump(key) for key in sorted(redis_client.keys())}
-    return {"rows": rows, "redis": keys}
-
-
 def test_a_live_run_leaves_the_operators_system_exactly_as_it_was(
     redis_client, monkeypatch
 ):
@@ -193,8 +182,8 @@ def test_a_live_run_leaves_the_operators_system_exactly_as_it_was(
     made: list[Sandbox] = []
     create = course.sandbox.sandbox_create
 
-    def create_and_keep() -> Sandbox:
-        made.append(create())
+    def create_and_keep(on_wait: Callable[[], None]) -> Sandbox:
+        made.append(create(on_wait))
         return made[-1]
 
     monkeypatch.setattr(course.sandbox, "sandbox_create", create_and_keep)
@@ -279,3 +268,14 @@ def test_a_live_run_killed_midway_leaves_nothing_after_the_sweep():
     assert not sandbox.directory.exists()
     assert not database_exists(sandbox)
     assert slot(sandbox.redis_db).get(MARKER_KEY) is None
+
+
+def test_with_every_sandbox_database_taken_a_run_waits_then_says_why(monkeypatch):
+    monkeypatch.setattr(course.sandbox, "SLOT_WAIT_S", 0.0)
+    steps: list[str] = []
+    with (
+        override_settings(LAB_SANDBOX_REDIS_DBS=[]),
+        pytest.raises(LabError, match="stayed in use"),
+    ):
+        live_in_sandbox("message-queues", {}, lambda f, label: steps.append(label))
+    assert steps == [f"{LIVE_PREFIX}waiting for a free sandbox"]

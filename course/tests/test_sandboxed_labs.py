@@ -1,0 +1,51 @@
+"""Every lab's live part, run as a learner runs it: in its sandbox, the operator's
+system untouched.
+
+The live parts' own tests (test_live_*.py and the lab tests) check their counts in
+this process; here each of the 25 runs the way the site and ``lab --live`` run it,
+in a sandbox (course.sandbox), with the operator's library loaded and its cache
+warm, and everything the operator could look at is compared before and after.
+Run on SQLite only: the sandbox's PostgreSQL path (a database made from a template)
+is proven by test_sandbox.py, and the live parts are the same on both.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from course.labs.registry import LABS
+from course.sandbox import lab_run_sandboxed, labs_dir
+from library.seed import seed_library
+from tests.snapshots import operator_snapshot
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "sqlite", reason="the sandboxes' SQLite run proves it"
+    ),
+]
+LIVE = sorted(slug for slug, lab in LABS.items() if lab.live is not None)
+
+
+def test_every_lab_has_a_live_part_here():
+    assert len(LIVE) == 25
+
+
+@pytest.mark.parametrize("slug", LIVE)
+def test_the_live_part_runs_in_its_sandbox_and_changes_nothing_of_ours(
+    slug, redis_client
+):
+    seed_library()
+    # A warm cache and its metrics, which a live run must not touch.
+    assert Client().get("/branches/1/books/").status_code == 200
+    before = operator_snapshot(redis_client)
+    sandboxes = set(labs_dir().glob("*/sandbox.json"))
+    lab = LABS[slug]
+
+    result = lab_run_sandboxed(lab, lab.resolve({}), live=True)
+
+    assert any(name.startswith("live_") for name in result["tables"]), slug
+    assert operator_snapshot(redis_client) == before
+    assert set(labs_dir().glob("*/sandbox.json")) <= sandboxes  # ours is gone
