@@ -73,11 +73,13 @@ class LabForm(forms.Form):
             # Not ``disabled`` for non-staff: a disabled field ignores what is sent,
             # and a request asking for the live part must be refused, not ignored.
             help_text = (
-                "Asks the running system the same question: starts processes of "
-                "its own (rq workers or a web server), measures what really "
-                "happens and cleans up; takes a few seconds more."
+                "Asks the real system the same question in a sandbox of its own "
+                "(a copy of the database, its own Redis database, its own rq "
+                "workers or web servers), measures what really happens and "
+                "removes the sandbox; live runs go one at a time and take tens "
+                "of seconds."
                 if allow_live
-                else "Staff only: a live run starts processes and writes rows."
+                else "Staff only: a live run starts processes of its own."
             )
             self.fields[self.LIVE_FIELD] = forms.BooleanField(
                 label="Also measure the live system",
