@@ -48,6 +48,7 @@ from course.services import (
 )
 from course.sourcecode import source_render
 from course.textbook import LessonText, lesson_text
+from jobs.models import JobStatus
 from jobs.selectors import jobstatus_payload
 from library.permissions import RUN_LIVE_LAB, user_may
 
@@ -110,6 +111,15 @@ def _visitor(request: HttpRequest, *, create: bool = False) -> str:
     return "anon:" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
+def _run_of(lab: Lab, raw_id: str) -> JobStatus | None:
+    """Return the run of ``lab`` with id ``raw_id``; None if malformed or not one."""
+    try:
+        job = lab_job_get(job_id=uuid.UUID(raw_id))
+    except ValueError:
+        return None
+    return job if job is not None and job.name == lab.slug else None
+
+
 def _render_lesson(
     request: HttpRequest,
     lesson: Lesson,
@@ -124,11 +134,8 @@ def _render_lesson(
     explained = None
     raw_job = request.GET.get("job")
     if lab is not None and raw_job:
-        try:
-            job = lab_job_get(job_id=uuid.UUID(raw_job))
-        except ValueError:
-            job = None
-        if job is not None and job.name == lab.slug:
+        job = _run_of(lab, raw_job)
+        if job is not None:
             job_payload = jobstatus_payload(job)
             explained = run_explain(lab=lab, text=text, job=job)
             if form is None or not form.is_bound:
@@ -310,14 +317,7 @@ def course_runs_compared(request: HttpRequest, slug: str) -> HttpResponse:
     lab = lab_find(slug)
     if lab is None:
         raise Http404("This lesson's lab is not built yet")
-    jobs = []
-    for raw in request.GET.getlist("run"):
-        try:
-            job = lab_job_get(job_id=uuid.UUID(raw))
-        except ValueError:
-            job = None
-        if job is not None and job.name == lab.slug:
-            jobs.append(job)
+    jobs = [job for raw in request.GET.getlist("run") if (job := _run_of(lab, raw))]
     if len(jobs) != 2:
         return render(
             request,
