@@ -73,7 +73,7 @@ def _text(value: object) -> str:
     if value is None:
         return "—"
     if isinstance(value, list):
-        return ",".join(str(item) for item in value)
+        return ",".join(str(item) for item in value) or "none"
     return str(value)
 
 

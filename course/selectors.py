@@ -128,7 +128,7 @@ def _changed(
 def param_text(value: object) -> str:
     """Return a parameter's value as the form shows it (lists comma-separated)."""
     if isinstance(value, list):
-        return ",".join(str(item) for item in value)
+        return ",".join(str(item) for item in value) or "none"
     return str(value)
 
 

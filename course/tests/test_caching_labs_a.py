@@ -280,7 +280,7 @@ def test_no_requests_gives_null_ratios():
         (STRATEGIES, "seed", "x", "seed: 'x' is not a whole number"),
         (INVALIDATION, "delays", "5,0", "delays: must be at least 1"),
         (INVALIDATION, "lifetimes", "-1", "lifetimes: must be at least 0"),
-        (INVALIDATION, "lifetimes", "", "lifetimes: give at least one"),
+        (INVALIDATION, "lifetimes", "1,2,3,4,5,6,7,8,9", "lifetimes: at most 8 values"),
         (KEY_DESIGN, "requests", "-1", "requests: must be at least 0"),
         (KEY_DESIGN, "requests", "1000001", "requests: must be at most 100000"),
     ],

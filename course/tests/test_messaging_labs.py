@@ -444,11 +444,11 @@ def test_command_sets_list_values():
     [
         ([RATIONALE, "--set", "success_probability=1.5"], "must be at most 1"),
         ([RATIONALE, "--set", "success_probability=-0.1"], "must be at least 0"),
-        ([DELIVERY, "--set", "messages=0"], "must be at least 1"),
+        ([DELIVERY, "--set", "messages=-1"], "must be at least 0"),
         ([DELIVERY, "--set", "crashes=3,x"], "'x' is not a whole number"),
         ([DELIVERY, "--set", "crashes=0"], "must be at least 1"),
         ([DEAD_LETTERS, "--set", "threshold=0"], "must be at least 1"),
-        ([DEAD_LETTERS, "--set", "thresholds="], "give at least one"),
+        ([DEAD_LETTERS, "--set", "thresholds=0"], "must be at least 1"),
         ([POISON, "--set", "bucket_ms=0"], "must be at least 1"),
         ([POISON, "--set", "consumers=0"], "must be at least 1"),
         ([POISON, "--set", "base_ms=-5"], "must be at least 0"),

@@ -256,7 +256,7 @@ def test_command_sets_values_and_lists():
     [
         (["--set", "partitions=0"], "must be at least 1"),
         (["--set", "partitions=2,x"], "'x' is not a whole number"),
-        (["--set", "workers="], "give at least one"),
+        (["--set", "workers=0"], "must be at least 1"),
         (["--set", "hot_partitions=101"], "must be at most 100"),
         (["--set", "books=0"], "must be at least 1"),
         (["--set", "events=-1"], "must be at least 0"),

@@ -60,8 +60,8 @@ LAB = Lab(
             "consume_per_s",
             "int",
             60,
-            "jobs consumed per second",
-            minimum=1,
+            "jobs consumed per second (0: the consumer is stopped)",
+            minimum=0,
             maximum=2000,
         ),
         Param(

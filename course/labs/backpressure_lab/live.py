@@ -14,6 +14,7 @@ from course.labs.backpressure_lab.model import (
 from course.labs.harness import live as harness
 from course.labs.harness.base import (
     Cell,
+    LabError,
     Params,
     Progress,
     Tables,
@@ -90,7 +91,14 @@ def live(params: Params, progress: Progress) -> Tables:
     window_s = int_param(params, "window_ms") / 1000
     produce = int_param(params, "produce_per_s")
     capacity = int_param(params, "capacity")
-    job_ms = max(1, round(LIVE_WORKERS * 1000 / int_param(params, "consume_per_s")))
+    consume = int_param(params, "consume_per_s")
+    if consume == 0:
+        # A live job's length is 2000 / consume_per_s ms: a stopped consumer has none.
+        raise LabError(
+            "consume_per_s: 0 (a stopped consumer) runs in the model only; the live "
+            "workers need at least 1 job per second"
+        )
+    job_ms = max(1, round(LIVE_WORKERS * 1000 / consume))
     run = harness.new_run_id()
     rows: list[list[Cell]] = []
     with harness.live_system(

@@ -217,6 +217,13 @@ def live(params: Params, progress: Progress) -> Tables:
     Traffic of the installation on the same Redis during the run is counted too.
     """
 
+    if int_param(params, "server_capacity") == 0:
+        # The live server cache is Redis, and the application cannot switch it off
+        # for one tier of the chain while the other daphne still reads through it.
+        raise LabError(
+            "server_capacity: 0 (server cache off) runs in the model only; the live "
+            "server always caches"
+        )
     requests, seed = int_param(params, "requests"), int_param(params, "seed")
     chain = chain_stream(requests, int_param(params, "users"), seed)
     repeated = request_stream(requests, seed)

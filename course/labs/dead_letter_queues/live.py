@@ -35,6 +35,11 @@ def live(params: Params, progress: Progress) -> Tables:
     """
 
     messages = int_param(params, "messages")
+    if messages == 0:
+        raise LabError(
+            "messages: 0 (an empty outbox) runs in the model only; the live part "
+            "needs at least 1 message to deliver"
+        )
     if messages > LIVE_MAX_MESSAGES:
         raise LabError(
             f"live: at most {LIVE_MAX_MESSAGES} messages on real processes, "

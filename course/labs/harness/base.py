@@ -100,6 +100,8 @@ class Param:
     maximum: float | None = None
     # True when the minimum itself is not allowed (a timeout of 0 cannot run).
     exclusive_minimum: bool = False
+    # int_list: the fewest values; 0 lets an empty list ("" or "none") mean "none".
+    min_items: int = 1
     max_items: int = 12
     max_length: int = 200
 
@@ -115,9 +117,11 @@ class Param:
                 raise ParamError(f"{self.name}: {raw!r} is not a number") from None
             return self.check(number)
         if self.kind == "int_list":
+            if raw.lower() in ("", "none"):
+                if self.min_items > 0:
+                    raise ParamError(f"{self.name}: give at least one whole number")
+                return self.check([])
             parts = [part.strip() for part in raw.split(",")]
-            if parts == [""]:
-                raise ParamError(f"{self.name}: give at least one whole number")
             return self.check([self._parse_int(part) for part in parts])
         return self.check(raw)
 
@@ -143,8 +147,13 @@ class Param:
             self._check_range(number)
             return number
         if self.kind == "int_list":
-            if not isinstance(value, list) or not value:
+            if not isinstance(value, list):
                 raise ParamError(f"{self.name}: must be a list of whole numbers")
+            if len(value) < self.min_items:
+                raise ParamError(
+                    f"{self.name}: give at least {self.min_items} whole number"
+                    + ("" if self.min_items == 1 else "s")
+                )
             if len(value) > self.max_items:
                 raise ParamError(f"{self.name}: at most {self.max_items} values")
             items: list[int] = []
@@ -182,7 +191,7 @@ class Param:
     def text(self, value: ParamValue) -> str:
         """Return the value as a user would type it (form fields, listings)."""
         if isinstance(value, list):
-            return ",".join(str(item) for item in value)
+            return ",".join(str(item) for item in value) if value else "none"
         if isinstance(value, float):
             return _number_text(value)
         return str(value)
@@ -202,7 +211,10 @@ class Param:
             "int_list": "comma-separated whole numbers",
             "str": "text",
         }[self.kind]
-        return f"{kind}, {' and '.join(bits)}" if bits else kind
+        text = f"{kind}, {' and '.join(bits)}" if bits else kind
+        if self.kind == "int_list" and self.min_items == 0:
+            text += ", or none"
+        return text
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,14 @@ LAB = Lab(
     slug="load-shedding",
     title="Load Shedding",
     params=(
-        Param("requests", "int", 10, "requests sent at once", minimum=1, maximum=200),
+        Param(
+            "requests",
+            "int",
+            10,
+            "requests sent at once (0: none, an empty table)",
+            minimum=0,
+            maximum=200,
+        ),
         Param(
             "max_concurrent",
             "int",

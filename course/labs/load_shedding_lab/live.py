@@ -99,6 +99,9 @@ def live(params: Params, progress: Progress) -> Tables:
     requests = int_param(params, "requests")
     concurrent = int_param(params, "max_concurrent")
     job_ms = int_param(params, "job_ms")
+    if requests == 0:
+        # No request to send: the live table is as empty as the model's.
+        return {"live_latency": table(COLUMNS, [])}
     envs = [
         admission_env(max_running=concurrent, max_queued=requests),
         admission_env(

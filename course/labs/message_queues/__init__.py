@@ -42,9 +42,11 @@ LAB = Lab(
             "consumers",
             "int_list",
             [1, 2, 3],
-            "consumer counts for the depth run",
-            minimum=1,
+            "consumer counts for the depth run, one row each "
+            "(0: nobody consumes; none: no rows)",
+            minimum=0,
             maximum=100,
+            min_items=0,
             max_items=10,
         ),
         Param("rounds", "int", 6, "rounds in the depth run", minimum=1, maximum=500),

@@ -118,7 +118,16 @@ __all__ = [
 
 
 def _counts(name: str, default: list[int], what: str) -> Param:
-    return Param(name, "int_list", default, what, minimum=1, maximum=100, max_items=12)
+    return Param(
+        name,
+        "int_list",
+        default,
+        f"{what}, one row each (none: no rows)",
+        minimum=1,
+        maximum=100,
+        min_items=0,
+        max_items=12,
+    )
 
 
 LAB = Lab(

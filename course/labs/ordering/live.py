@@ -262,6 +262,11 @@ def live(params: Params, progress: Progress) -> Tables:
     books = int_param(params, "books")
     hot_count = int_param(params, "hot_events")
     counts = sorted(set(int_list_param(params, "workers")))
+    if not counts:
+        raise LabError(
+            "workers: the live part needs at least one worker count (it runs the "
+            "partitioned measurements with the largest)"
+        )
     if max(count, hot_count) > LIVE_MAX_EVENTS:
         raise LabError(f"live: at most {LIVE_MAX_EVENTS} events per workload")
     if books > LIVE_MAX_BOOKS:

@@ -38,7 +38,14 @@ LAB = Lab(
     slug="worker-processes",
     title="Worker Processes",
     params=(
-        Param("jobs", "int", 12, "equal jobs in the queue", minimum=1, maximum=500),
+        Param(
+            "jobs",
+            "int",
+            12,
+            "equal jobs in the queue (0: an empty queue, no slices)",
+            minimum=0,
+            maximum=500,
+        ),
         Param(
             "job_ms", "int", 100, "how long one job waits (ms)", minimum=1, maximum=5000
         ),
@@ -46,9 +53,10 @@ LAB = Lab(
             "workers",
             "int_list",
             [1, 2, 4],
-            "pool sizes to compare",
+            "pool sizes to compare, one row each (none: no pool rows)",
             minimum=1,
             maximum=16,
+            min_items=0,
             max_items=6,
         ),
     ),

@@ -55,7 +55,8 @@ def _wait_for(check: object, what: str) -> None:
 def _live_pool_row(
     workers: int, jobs: int, job_ms: int, progress: Progress
 ) -> list[Cell]:
-
+    if not jobs:
+        return [workers, 0, 0, 0, 0]  # an empty queue: nothing to time, no process
     run = new_run_id()
     redis = redis_connection()
     with live_system(

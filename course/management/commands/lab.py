@@ -150,7 +150,7 @@ def format_table(data: Table) -> str:
 
 def render_text(result: LabResult, *, title: str) -> str:
     params = " ".join(
-        f"{name}={','.join(map(str, v)) if isinstance(v, list) else v}"
+        f"{name}={(','.join(map(str, v)) or 'none') if isinstance(v, list) else v}"
         for name, v in result["params"].items()
     )
     parts = [f"{result['lesson']} — {title}", f"params: {params}" if params else ""]
