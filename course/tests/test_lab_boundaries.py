@@ -9,6 +9,7 @@ Only ``LabError`` may come out of either, with a one-line message naming the par
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -241,3 +242,13 @@ def test_the_lesson_form_takes_none_for_an_empty_list_and_keeps_defaults_on_blan
     refused = LabForm(LABS["worker-processes"], data={"workers": "0"})
     assert not refused.is_valid()
     assert refused.errors["workers"] == ["workers: must be at least 1, got 0"]
+
+
+def test_the_parameter_tables_list_every_parameter_with_its_default():
+    # course/PARAMETERS.md (linked from the README) must not drift from the registry.
+    text = (Path(__file__).resolve().parents[1] / "PARAMETERS.md").read_text()
+    for slug, lab in LABS.items():
+        assert f"### `{slug}`" in text, slug
+        for param in lab.params:
+            row = f"| `{param.name}` | {param.kind} | `{param.text(param.default)}` |"
+            assert row in text, (slug, row)
