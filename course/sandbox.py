@@ -272,10 +272,15 @@ def sandbox_processes_kill(sandbox_id: str) -> None:
     """SIGKILL every process of the sandbox, and wait until none is left.
 
     A killed child of this process stays a zombie until its parent reaps it, but a
-    zombie's environment reads empty, so it no longer counts as the sandbox's.
+    zombie's environment reads empty, so it no longer counts as the sandbox's. A
+    process caught inside exec can read empty for an instant too, so "none left"
+    takes two empty scans in a row.
     """
     deadline = time.monotonic() + 10.0
-    while pids := sandbox_pids(sandbox_id):
+    empty_scans = 0
+    while empty_scans < 2:
+        pids = sandbox_pids(sandbox_id)
+        empty_scans = 0 if pids else empty_scans + 1
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
