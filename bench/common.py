@@ -35,7 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 VAR_DIR = ROOT / "var"
 LOG_DIR = VAR_DIR / "bench-logs"
-BENCH_REDIS_DB = 14
+# One Redis database of its own (14 unless BENCH_REDIS_DB says otherwise, so two
+# benchmark runs on one machine, in two checkouts, never flush each other's data).
+BENCH_REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "14"))
 SQLITE_PATH = VAR_DIR / "bench.sqlite3"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/library_bench"
 
@@ -142,18 +144,20 @@ def django_setup(environment: dict[str, str]) -> None:
         )
     redis_db = redis_connection().connection_pool.connection_kwargs.get("db")
     if int(redis_db or 0) != BENCH_REDIS_DB:
-        raise BenchError(f"settings chose Redis database {redis_db}, not 14")
+        raise BenchError(
+            f"settings chose Redis database {redis_db}, not {BENCH_REDIS_DB}"
+        )
 
 
 def redis_connection() -> Any:
-    """Return the Redis connection the messaging queue uses (database 14 here)."""
+    """Return the Redis connection the messaging queue uses (``BENCH_REDIS_DB``)."""
     import django_rq
 
     return django_rq.get_connection("messaging")
 
 
 def flush_bench_redis() -> None:
-    """Empty the benchmark's Redis database, after checking that it is number 14."""
+    """Empty the benchmark's Redis database, after checking its number."""
     connection = redis_connection()
     db = connection.connection_pool.connection_kwargs.get("db")
     if int(db or 0) != BENCH_REDIS_DB:
