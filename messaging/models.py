@@ -60,6 +60,12 @@ class Delivery(models.Model):
     attempts = models.PositiveIntegerField(default=0)  # counted when claimed
     # Failures the worker lived to record; attempts - 1 - failures of them died with it.
     failures = models.PositiveIntegerField(default=0)
+    # Attempts taken in a group commit (messaging.services.process), counted at claim
+    # time with ``attempts``. A group that fails turns its tries back into solo ones,
+    # so on a pending delivery these are group attempts whose worker died: any
+    # batch-mate may have killed it, so they count neither as deaths nor against
+    # ``max_attempts``.
+    group_tries = models.PositiveIntegerField(default=0)
     available_at = models.DateTimeField()
     leased_until = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=64, blank=True)

@@ -14,7 +14,9 @@ def worker_deaths() -> Case:
     worker lives to record it (``Delivery.failures``). The attempt that made the
     letter (the failing last one, or the one refused because workers died before)
     is neither, so ``attempts - 1 - failures`` attempts ended with no word from
-    their worker: it died, or lost its lease mid-run. The delivery keeps these
+    their worker: it died, or lost its lease mid-run. Less the group tries
+    (``Delivery.group_tries``): a dying group says nothing about which member
+    killed it. The delivery keeps these
     counts while it is dead; a redrive resets them, so only open letters (delivery
     still dead) are counted.
     """
@@ -25,7 +27,10 @@ def worker_deaths() -> Case:
                 discarded_at__isnull=True,
                 delivery__status=Delivery.Status.DEAD,
             ),
-            then=F("attempts") - 1 - F("delivery__failures"),
+            then=F("attempts")
+            - 1
+            - F("delivery__failures")
+            - F("delivery__group_tries"),
         ),
         default=Value(0),
         output_field=IntegerField(),

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from messaging.models import Delivery
@@ -91,14 +91,34 @@ def _claim_skip_locked(
             .select_related("message")
             .select_for_update(skip_locked=True, of=("self",))
         )
-        rows = list(_batch_order(locked.filter(attempts=0))[:limit])
-        rows += list(_batch_order(locked.filter(attempts__gt=0))[:1])
+        fresh = list(_batch_order(locked.filter(attempts=0))[:limit])
+        rows = fresh + list(_batch_order(locked.filter(attempts__gt=0))[:1])
+        grouped = set(groupable([(r.pk, r.attempts, r.subscription) for r in fresh]))
         for row in rows:
             row.leased_until = now + lease_length(row.subscription)
             row.attempts += 1
+            row.group_tries += row.pk in grouped
             row.lease_owner = owner
-        Delivery.objects.bulk_update(rows, ["leased_until", "attempts", "lease_owner"])
+        Delivery.objects.bulk_update(
+            rows, ["leased_until", "attempts", "group_tries", "lease_owner"]
+        )
     return rows
+
+
+def groupable(candidates: list[tuple[int, int, str]]) -> list[int]:
+    """Return the ids of a claim's candidates to process as one group commit.
+
+    Only deliveries never tried before, and only when two or more qualify: a
+    delivery tried before may be what kills workers, so it always runs alone. An
+    ``outside`` subscription's slow part runs before its transaction, so it cannot
+    share one.
+    """
+    ids = [
+        pk
+        for pk, attempts, name in candidates
+        if attempts == 0 and not SUBSCRIPTIONS[name].outside
+    ]
+    return ids if len(ids) > 1 else []
 
 
 def _claim_compare_and_set(
@@ -158,12 +178,17 @@ def _claim_all(
 
     One UPDATE per (lease, attempt count) group: a fresh batch is a single statement.
     """
-    groups: dict[tuple[datetime.timedelta, int], list[int]] = {}
+    grouped = set(groupable(candidates))
+    groups: dict[tuple[datetime.timedelta, int, bool], list[int]] = {}
     for pk, attempts, subscription in candidates:
-        groups.setdefault((lease_length(subscription), attempts), []).append(pk)
-    for (lease, attempts), pks in groups.items():
+        key = (lease_length(subscription), attempts, pk in grouped)
+        groups.setdefault(key, []).append(pk)
+    for (lease, attempts, in_group), pks in groups.items():
         moved = due.filter(pk__in=pks, attempts=attempts).update(
-            attempts=attempts + 1, lease_owner=owner, leased_until=now + lease
+            attempts=attempts + 1,
+            group_tries=F("group_tries") + int(in_group),
+            lease_owner=owner,
+            leased_until=now + lease,
         )
         if moved != len(pks):
             return False

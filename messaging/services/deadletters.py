@@ -51,6 +51,7 @@ def _redrive(
     Delivery.objects.filter(pk__in=[x.delivery_id for x in letters]).update(
         status=Delivery.Status.PENDING,
         attempts=0,
+        group_tries=0,
         failures=0,
         available_at=now,
         leased_until=None,

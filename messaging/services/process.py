@@ -38,19 +38,93 @@ class Outcome:
 
 
 def deliveries_process(deliveries: list[Delivery], *, owner: str) -> list[Outcome]:
-    """Process a claimed batch, each delivery in a transaction of its own.
+    """Process a claimed batch: its group in one transaction, the rest one by one.
 
-    One transaction per delivery, not per batch: a worker killed mid-batch then
-    loses only the delivery in hand, and the finished ones stay done. (A batch-wide
-    transaction was measured faster but made every crash cost the whole batch an
-    attempt, which pushed innocent batch-mates toward the dead letters.) Deliveries
-    tried before come last: one of them may be what kills workers.
+    The group (the deliveries the claim marked, see ``claim.groupable``: fresh ones
+    only) commits every guard row, effect and done mark in one transaction: one
+    commit for the group instead of one per delivery. That used to make every crash
+    cost the whole batch an attempt and push innocent batch-mates toward the dead
+    letters; it no longer does, because the claim counted the group's attempt as a
+    group try (``Delivery.group_tries``): if the worker dies, the survivors are
+    retried alone (the claim takes a delivery tried before only one at a time), the
+    group try counts neither as a death nor against ``max_attempts``, and only the
+    real poison accumulates deaths on its solo attempts. If the group fails without
+    dying (a handler raises, a guard or lease races), it is rolled back and each
+    delivery runs alone in this same claim, its try now its own.
+
+    Deliveries tried before come last: one of them may be what kills workers.
     """
-    ordered = sorted(deliveries, key=lambda d: d.attempts > 1)
+    group = [d for d in deliveries if _in_group(d)]
+    solo = sorted(
+        (d for d in deliveries if not _in_group(d)), key=lambda d: d.attempts > 1
+    )
     try:
-        return [delivery_process(d, owner=owner) for d in ordered]
+        outcomes = _group_process(group, owner=owner) if group else []
+        return outcomes + [delivery_process(d, owner=owner) for d in solo]
     finally:
         after_batch_run({d.subscription for d in deliveries})
+
+
+def _in_group(delivery: Delivery) -> bool:
+    # Only a first attempt is ever taken in a group, so this one is that try.
+    return delivery.attempts == 1 and delivery.group_tries == 1
+
+
+def _group_process(group: list[Delivery], *, owner: str) -> list[Outcome]:
+    """Commit the group at once, or fall back to one transaction per delivery."""
+    try:
+        with transaction.atomic():
+            return _group_apply(group, owner)
+    except Exception as error:
+        log.info(
+            "group of %s deliveries fell back to one by one: %s", len(group), error
+        )
+    outcomes = []
+    for delivery in group:
+        if not _group_try_undo(delivery, owner):
+            outcomes.append(Outcome(delivery.pk, "lost_lease"))
+            continue
+        outcomes.append(delivery_process(delivery, owner=owner))
+    return outcomes
+
+
+def _group_apply(group: list[Delivery], owner: str) -> list[Outcome]:
+    """Guard rows (one INSERT), effects, done marks (one UPDATE). Inside ``atomic()``.
+
+    Raises on any failure, which rolls back the whole group: a guard inserted by
+    another worker meanwhile (IntegrityError), a handler's exception, a lease lost.
+    """
+    taken = set(
+        ProcessedMessage.objects.filter(
+            subscription__in={d.subscription for d in group},
+            message_id__in={d.message_id for d in group},
+        ).values_list("subscription", "message_id")
+    )
+    fresh = [d for d in group if (d.subscription, d.message_id) not in taken]
+    applied = {d.pk for d in fresh}
+    ProcessedMessage.objects.bulk_create(
+        [
+            ProcessedMessage(subscription=d.subscription, message_id=d.message_id)
+            for d in fresh
+        ]
+    )
+    for delivery in fresh:
+        HANDLERS[delivery.subscription](delivery.message)
+    marked = Delivery.objects.filter(
+        pk__in=[d.pk for d in group], lease_owner=owner, status=Delivery.Status.PENDING
+    ).update(status=Delivery.Status.DONE, done_at=timezone.now(), leased_until=None)
+    if marked != len(group):
+        raise _LeaseLost
+    return [Outcome(d.pk, "done" if d.pk in applied else "duplicate") for d in group]
+
+
+def _group_try_undo(delivery: Delivery, owner: str) -> bool:
+    """Make a failed group's try the delivery's own attempt; False if no longer ours."""
+    undone = Delivery.objects.filter(
+        pk=delivery.pk, lease_owner=owner, status=Delivery.Status.PENDING
+    ).update(group_tries=F("group_tries") - 1)
+    delivery.group_tries -= undone
+    return undone == 1
 
 
 def after_batch_run(subscriptions: set[str]) -> None:
@@ -77,9 +151,10 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
     3. On an exception: schedule the retry with backoff, or dead-letter at the limit.
     """
     subscription = SUBSCRIPTIONS[delivery.subscription]
-    deaths = delivery.attempts - 1 - delivery.failures
-    out_of_attempts = delivery.attempts > subscription.max_attempts or (
-        delivery.attempts >= subscription.max_attempts and deaths > 0
+    tries = _own_attempts(delivery)
+    deaths = tries - 1 - delivery.failures
+    out_of_attempts = tries > subscription.max_attempts or (
+        tries >= subscription.max_attempts and deaths > 0
     )
     if out_of_attempts:
         reason = f"the worker died during {deaths} earlier attempt(s)"
@@ -94,6 +169,11 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
         return Outcome(delivery.pk, "lost_lease")
     except Exception as error:
         return _record_failure(delivery, subscription, error)
+
+
+def _own_attempts(delivery: Delivery) -> int:
+    """Attempts that were the delivery's own: a dying group's tries are not."""
+    return delivery.attempts - delivery.group_tries
 
 
 def _apply(delivery: Delivery, owner: str) -> Outcome:
@@ -145,7 +225,7 @@ def _record_failure(
         delivery.attempts,
         text,
     )
-    if delivery.attempts >= subscription.max_attempts:
+    if _own_attempts(delivery) >= subscription.max_attempts:
         _dead_letter(delivery, subscription, text)
         return Outcome(delivery.pk, "dead")
     now = timezone.now()
