@@ -7,7 +7,8 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export DEBUG ?= true
 
-.PHONY: run test test-postgres lint format bench venv migrate seed stop clean browser
+.PHONY: run test test-postgres lint format bench venv migrate seed stop clean browser \
+	haproxy cluster
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -45,10 +46,35 @@ run: .env seed
 browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
-test: venv browser
+# HAProxy from Debian's packages, for `make cluster` and tests/test_cluster.py.
+haproxy:
+	@test -x /usr/sbin/haproxy || (apt-get update -qq && apt-get install -y -qq haproxy >/dev/null)
+
+# Three daphnes behind HAProxy on one port, two rq workers and the scheduler, on
+# PostgreSQL (database $(CLUSTER_DB), created, migrated and seeded when absent) and
+# the system Redis (README "Scale out").
+CLUSTER_DB        ?= library_cluster
+CLUSTER_DATABASE  ?= postgres://postgres@127.0.0.1:5432/$(CLUSTER_DB)
+CLUSTER_REDIS_URL ?= redis://127.0.0.1:6379/0
+CLUSTER_PORT      ?= 18400
+cluster: .env haproxy
+	$(PY) scripts/cluster_db.py $(CLUSTER_DATABASE)
+	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) $(PY) manage.py migrate --noinput
+	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) $(PY) manage.py seed_library
+	$(PY) manage.py collectstatic --noinput --verbosity 0
+	@echo ""
+	@echo "  Library behind HAProxy: http://$(HOST):$(CLUSTER_PORT)/"
+	@echo "  (daphnes on 127.0.0.1:$$(($(CLUSTER_PORT)+1))-$$(($(CLUSTER_PORT)+3)), Redis $(CLUSTER_REDIS_URL))"
+	@echo ""
+	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) HOST=$(HOST) CLUSTER_PORT=$(CLUSTER_PORT) \
+	CLUSTER_PORT_1=$$(($(CLUSTER_PORT)+1)) CLUSTER_PORT_2=$$(($(CLUSTER_PORT)+2)) \
+	CLUSTER_PORT_3=$$(($(CLUSTER_PORT)+3)) PATH="$(abspath $(BIN)):$$PATH" \
+	$(BIN)/honcho -f Procfile.cluster start --env /dev/null
+
+test: venv browser haproxy
 	bash scripts/pytest.sh
 
-test-postgres: venv browser
+test-postgres: venv browser haproxy
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/library} bash scripts/pytest.sh
 
 # The import contracts (pyproject.toml) hold the layout's arrows; `check` runs the

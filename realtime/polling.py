@@ -11,8 +11,11 @@ every waiter of one event loop (one per daphne process):
   behind the head, is woken with the new value; the others keep sleeping;
 - the queries run on a small thread pool of this module (``DB_THREADS``) and close
   their connection before returning, so an idle waiter, long poll or event stream,
-  holds no connection and no thread: the cost is one or two tiny queries per
-  interval per process, whatever the number of waiters.
+  holds no database connection: the cost is one or two tiny queries per interval
+  per process, whatever the number of waiters. A waiter inside a Django request
+  still holds that request's thread-sensitive thread while it waits (one OS thread
+  per open long poll or stream; see ``realtime.sse``), and a woken branch stream
+  runs its own replay query.
 
 The counters of requests, empty answers, stream connections and events live in
 Redis (``counter_add``/``counters_read``), shared by every process on the database,
@@ -251,18 +254,58 @@ def _async_redis() -> Any:
     return client
 
 
-async def counter_add(**amounts: int) -> None:
-    """Add to the shared counters; a Redis failure is logged, never raised."""
-    unknown = set(amounts) - set(COUNTERS)
-    if unknown:
-        raise ValueError(f"unknown realtime counters: {sorted(unknown)}")
+@dataclass
+class _CounterBatch:
+    """Amounts waiting for the next write, and the callers waiting for it."""
+
+    amounts: dict[str, int] = field(default_factory=dict)
+    done: asyncio.Future[None] | None = None
+    writer: asyncio.Task[None] | None = None  # held: the loop keeps weak references
+
+
+_batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _CounterBatch] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _flush(loop: asyncio.AbstractEventLoop, batch: _CounterBatch) -> None:
+    # One pipeline on one connection for every amount added before this runs:
+    # 1,000 streams opening at once are one write, not 1,000 connections.
+    if _batches.get(loop) is batch:
+        del _batches[loop]
+    done = batch.done
     try:
         pipe = _async_redis().pipeline(transaction=False)
-        for name, amount in amounts.items():
+        for name, amount in batch.amounts.items():
             pipe.incrby(COUNTER_PREFIX + name, amount)
         await pipe.execute()
     except (redis.RedisError, OSError):
         log.warning("realtime counters not written", exc_info=True)
+    finally:
+        if done is not None and not done.done():
+            done.set_result(None)
+
+
+async def counter_add(**amounts: int) -> None:
+    """Add to the shared counters; a Redis failure is logged, never raised.
+
+    Calls on one event loop join one batch, written by one pipeline on the loop's
+    one client; each caller returns once the write holding its amounts is done,
+    so a client that reads the counters after an answer finds it counted.
+    """
+    unknown = set(amounts) - set(COUNTERS)
+    if unknown:
+        raise ValueError(f"unknown realtime counters: {sorted(unknown)}")
+    loop = asyncio.get_running_loop()
+    batch = _batches.get(loop)
+    if batch is None:
+        batch = _batches[loop] = _CounterBatch(done=loop.create_future())
+        batch.writer = loop.create_task(_flush(loop, batch))
+    for name, amount in amounts.items():
+        batch.amounts[name] = batch.amounts.get(name, 0) + amount
+    assert batch.done is not None
+    # shield: a cancelled caller (the client left) does not cancel the write.
+    await asyncio.shield(batch.done)
 
 
 def counters_read(client: redis.Redis | None = None) -> dict[str, int]:

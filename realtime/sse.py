@@ -1,9 +1,15 @@
 """Server-sent event streams: job progress and a branch's stock events.
 
 A stream is an async generator that Django's ASGI handler drains onto the socket
-(``StreamingHttpResponse``), so an idle stream is a suspended coroutine on daphne's
-event loop: no thread, and no database connection (every read goes through
-``realtime.polling.db_call``, which closes its connection).
+(``StreamingHttpResponse``). The generator itself is a suspended coroutine on
+daphne's event loop and holds no database connection (every read goes through
+``realtime.polling.db_call``, which closes its connection). It does hold a thread
+today: Django runs each ASGI request inside its own thread-sensitive context, and
+the sync middleware and ``request_started`` receivers keep that context's thread
+for the whole life of the response, so a daphne has about one OS thread per open
+stream (4 threads with one stream, 505 with 500: ``bench/results/sse.md``).
+Every new log message wakes every branch stream, and each runs its own replay
+query (issue #15).
 
 Each stream starts with ``retry:`` (how long a browser waits before reconnecting) and
 a comment line, then sends events with durable ids, so a reconnecting client's
