@@ -55,18 +55,21 @@ haproxy:
 # the system Redis (README "Scale out").
 CLUSTER_DB        ?= library_cluster
 CLUSTER_DATABASE  ?= postgres://postgres@127.0.0.1:5432/$(CLUSTER_DB)
-CLUSTER_REDIS_URL ?= redis://127.0.0.1:6379/0
+CLUSTER_REDIS_URL ?= redis://127.0.0.1:6379
+# Its own Redis database: `make run` (database 0) may run beside it, and rq workers of
+# one system must never take the jobs of the other.
+CLUSTER_REDIS_DB  ?= 12
 CLUSTER_PORT      ?= 18400
 cluster: .env haproxy
 	$(PY) scripts/cluster_db.py $(CLUSTER_DATABASE)
-	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) $(PY) manage.py migrate --noinput
-	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) $(PY) manage.py seed_library
+	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) LIBRARY_REDIS_DB=$(CLUSTER_REDIS_DB) $(PY) manage.py migrate --noinput
+	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) LIBRARY_REDIS_DB=$(CLUSTER_REDIS_DB) $(PY) manage.py seed_library
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	@echo ""
 	@echo "  Library behind HAProxy: http://$(HOST):$(CLUSTER_PORT)/"
-	@echo "  (daphnes on 127.0.0.1:$$(($(CLUSTER_PORT)+1))-$$(($(CLUSTER_PORT)+3)), Redis $(CLUSTER_REDIS_URL))"
+	@echo "  (daphnes on 127.0.0.1:$$(($(CLUSTER_PORT)+1))-$$(($(CLUSTER_PORT)+3)), Redis $(CLUSTER_REDIS_URL) database $(CLUSTER_REDIS_DB))"
 	@echo ""
-	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) HOST=$(HOST) CLUSTER_PORT=$(CLUSTER_PORT) \
+	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) LIBRARY_REDIS_DB=$(CLUSTER_REDIS_DB) HOST=$(HOST) CLUSTER_PORT=$(CLUSTER_PORT) \
 	CLUSTER_PORT_1=$$(($(CLUSTER_PORT)+1)) CLUSTER_PORT_2=$$(($(CLUSTER_PORT)+2)) \
 	CLUSTER_PORT_3=$$(($(CLUSTER_PORT)+3)) PATH="$(abspath $(BIN)):$$PATH" \
 	$(BIN)/honcho -f Procfile.cluster start --env /dev/null
