@@ -10,8 +10,10 @@ Two measurements, both against real processes:
    last job has finished. Both clocks start with workers booted and idle, and stop at
    the completion time the workers wrote (``done_at``, rq's ``ended_at``).
 2. Commit-to-effect latency: W workers and ``manage.py scheduler`` run while loans are
-   issued at a steady rate; for each loan, notification.created_at minus
-   outbox_message.created_at.
+   issued at a steady rate (default 100/s for 30 s); for each loan,
+   notification.created_at and the last delivery's done_at minus
+   outbox_message.created_at, and how long after the last loan the backlog (every
+   delivery of the load) was empty.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ from bench.common import (
 )
 
 NAME = "outbox"
-TARGET_RATIO = 1.5
+TARGET_RATIO = 2.0
+TARGET_EFFECTS_PER_S = 1000.0
+TARGET_P99_MS = 250.0
+TARGET_DRAINED_S = 1.0
 BASELINE_QUEUE = "bench-baseline"
 BRANCHES = 4
 BOOKS_PER_BRANCH = 50
@@ -52,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--loans", type=int, help="N messages per run (default 2000)")
     group.add_argument("--workers", type=int, help="W worker processes (default 2)")
     group.add_argument("--repeats", type=int, help="R runs per side (default 3)")
-    group.add_argument("--rate", type=float, help="loans/s for latency (default 40)")
-    group.add_argument("--duration", type=float, help="latency seconds (default 10)")
+    group.add_argument("--rate", type=float, help="loans/s for latency (default 100)")
+    group.add_argument("--duration", type=float, help="latency seconds (default 30)")
 
 
 @dataclass(frozen=True)
@@ -71,8 +76,8 @@ class Params:
             loans=options.loans or (200 if quick else 2000),
             workers=options.workers or 2,
             repeats=options.repeats or (1 if quick else 3),
-            rate=options.rate or 40.0,
-            duration=options.duration or (3.0 if quick else 10.0),
+            rate=options.rate or 100.0,
+            duration=options.duration or (3.0 if quick else 30.0),
         )
         if min(params.loans, params.workers, params.repeats) < 1:
             raise BenchError("--loans, --workers and --repeats must be at least 1")
@@ -305,9 +310,14 @@ def drain_baseline(*, children: Children, params: Params, repeat: int) -> DrainR
 @dataclass(frozen=True)
 class LatencyResult:
     loans: int
+    offered_rate: float
+    duration_s: float
     achieved_rate: float
     notification_ms: dict[str, float]
     all_effects_ms: dict[str, float]
+    # From the last loan's commit to the last delivery's done_at: how long the
+    # backlog took to reach 0 after the load stopped (0 when it never built up).
+    drained_after_s: float | None
     missing_effects: int
     missing_notifications: int
 
@@ -348,6 +358,7 @@ def latency(
             time.sleep(delay)
         loan_issue(book_id=books[n % len(books)], member_id=members[n % len(members)])
     elapsed = time.monotonic() - began
+    load_stopped = utcnow()
     expected = count * effects_per_loan()
     # Not required: effects still missing after a minute are the result, not an error.
     wait_until(
@@ -377,12 +388,19 @@ def latency(
         for row in done
     ]
     done_count = Delivery.objects.filter(status=Delivery.Status.DONE).count()
+    last_done = Delivery.objects.aggregate(end=Max("done_at"))["end"]
+    drained = (last_done - load_stopped).total_seconds() if last_done else 0.0
+    missing = expected - done_count
     return LatencyResult(
         loans=count,
+        offered_rate=params.rate,
+        duration_s=params.duration,
         achieved_rate=round(count / elapsed, 1),
         notification_ms=_summary(notification_ms),
         all_effects_ms=_summary(all_ms),
-        missing_effects=expected - done_count,
+        # Never drained: no time to report (the missing effects say how far off).
+        drained_after_s=round(max(0.0, drained), 3) if not missing else None,
+        missing_effects=missing,
         missing_notifications=count - len(notified),
     )
 
@@ -442,6 +460,24 @@ def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
         }
         for side, side_runs in (("ours", ours), ("baseline", base))
     }
+    lat = asdict(steady)
+    effects_per_s = median([r.effects_per_s for r in ours])
+    drained = lat["drained_after_s"]
+    targets = {
+        "messages_per_s_ratio": {"target": TARGET_RATIO, "met": ratio >= TARGET_RATIO},
+        "effects_per_s": {
+            "target": TARGET_EFFECTS_PER_S,
+            "met": effects_per_s >= TARGET_EFFECTS_PER_S,
+        },
+        "all_effects_p99_ms": {
+            "target": TARGET_P99_MS,
+            "met": lat["all_effects_ms"]["p99"] <= TARGET_P99_MS,
+        },
+        "drained_after_s": {
+            "target": TARGET_DRAINED_S,
+            "met": drained is not None and drained <= TARGET_DRAINED_S,
+        },
+    }
     result = {
         "params": asdict(params),
         "max_parallel_drains": max(r.max_parallel_drains for r in ours),
@@ -450,7 +486,8 @@ def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
         "pair_ratios": pair_ratios,
         "target_ratio": TARGET_RATIO,
         "target_met": ratio >= TARGET_RATIO,
-        "latency": asdict(steady),
+        "targets": targets,
+        "latency": lat,
     }
     print()
     print(text_report(result))
@@ -487,6 +524,12 @@ def text_report(result: dict[str, Any]) -> str:
         ],
     ]
     met = "met" if result["target_met"] else "NOT met"
+    drained = lat.get("drained_after_s")
+    targets = result.get("targets", {})
+    verdicts = ", ".join(
+        f"{name} {'met' if t['met'] else 'NOT met'} ({t['target']:g})"
+        for name, t in targets.items()
+    )
     return "\n".join(
         [
             f"Drain throughput: N={p['loans']} messages, W={p['workers']} workers,"
@@ -498,11 +541,15 @@ def text_report(result: dict[str, Any]) -> str:
             "drain jobs running at once (ours, most seen):"
             f" {result['max_parallel_drains']} of {p['workers']} workers",
             "",
-            f"Commit-to-effect latency: {lat['loans']} loans at {p['rate']:g}/s"
+            f"Commit-to-effect latency: {lat['loans']} loans offered at"
+            f" {p['rate']:g}/s for {p['duration']:g} s"
             f" (achieved {lat['achieved_rate']:g}/s), W={p['workers']} + scheduler",
             format_table(["ms", "p50", "p90", "p99", "max"], latency_rows),
+            "backlog empty after the load stopped: "
+            + ("never (see missing effects)" if drained is None else f"{drained:g} s"),
             f"missing effects at the end: {lat['missing_effects']}"
             f" (notifications: {lat['missing_notifications']})",
+            *([f"targets: {verdicts}"] if verdicts else []),
         ]
     )
 
