@@ -268,6 +268,14 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+if DEBUG and env_bool("LIBRARY_FAST_PASSWORD_HASHER", False):
+    # Test runs only (config.settings_test sets it; the processes a test starts
+    # inherit it): a PBKDF2 hash costs about 0.3 s of CPU here, and the suite makes
+    # hundreds. Never honoured without DEBUG, so production keeps PBKDF2 first.
+    PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.MD5PasswordHasher",
+        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+    ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "home"

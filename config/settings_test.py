@@ -11,6 +11,8 @@ os.environ.setdefault("LIBRARY_REDIS_DB", "15")
 # Channel groups of this run only (child daphnes inherit it): two test runs on one
 # machine must not see each other's broadcasts.
 os.environ.setdefault("LIBRARY_CHANNEL_PREFIX", f"asgi-test-{os.getpid()}")
+# A cheap password hash, in this process and the ones it starts (see settings).
+os.environ.setdefault("LIBRARY_FAST_PASSWORD_HASHER", "true")
 
 from config.settings import *  # noqa: F403
 

@@ -63,8 +63,8 @@ class Delivery(models.Model):
     # Attempts taken in a group commit (messaging.services.process), counted at claim
     # time with ``attempts``. A group that fails turns its tries back into solo ones,
     # so on a pending delivery these are group attempts whose worker died: any
-    # batch-mate may have killed it, so they count neither as deaths nor against
-    # ``max_attempts``.
+    # batch-mate may have killed it, so they never count against ``max_attempts``,
+    # and count as deaths only once the delivery kills a worker alone (death_count).
     group_tries = models.PositiveIntegerField(default=0)
     available_at = models.DateTimeField()
     leased_until = models.DateTimeField(null=True, blank=True)

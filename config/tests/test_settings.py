@@ -75,3 +75,19 @@ def test_sqlite_default_uses_wal_and_immediate_transactions(settings):
 
 def test_rq_commit_mode_is_on_db_commit(settings):
     assert settings.RQ["COMMIT_MODE"] == "on_db_commit"
+
+
+def test_the_fast_test_hasher_is_never_used_without_debug():
+    script = (
+        "from django.conf import settings; import django; django.setup(); "
+        "from django.contrib.auth.hashers import get_hasher; print(get_hasher().algorithm)"
+    )
+    fast = {"LIBRARY_FAST_PASSWORD_HASHER": "true"}
+
+    def algorithm(env: dict[str, str]) -> str:
+        result = run_manage("shell", "-c", script, env=env)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip().splitlines()[-1]
+
+    assert algorithm({**PRODUCTION, **fast}) == "pbkdf2_sha256"
+    assert algorithm({"DEBUG": "true", **fast}) == "md5"

@@ -14,23 +14,23 @@ def worker_deaths() -> Case:
     worker lives to record it (``Delivery.failures``). The attempt that made the
     letter (the failing last one, or the one refused because workers died before)
     is neither, so ``attempts - 1 - failures`` attempts ended with no word from
-    their worker: it died, or lost its lease mid-run. Less the group tries
-    (``Delivery.group_tries``): a dying group says nothing about which member
-    killed it. The delivery keeps these
+    their worker: it died, or lost its lease mid-run. A dying group's try
+    (``Delivery.group_tries``) is blamed on the delivery only when it also killed a
+    worker alone, as ``process.death_count`` decides. The delivery keeps these
     counts while it is dead; a redrive resets them, so only open letters (delivery
     still dead) are counted.
     """
+    silent = F("attempts") - 1 - F("delivery__failures")
+    open_letter = Q(
+        redriven_at__isnull=True,
+        discarded_at__isnull=True,
+        delivery__status=Delivery.Status.DEAD,
+    )
     return Case(
         When(
-            Q(
-                redriven_at__isnull=True,
-                discarded_at__isnull=True,
-                delivery__status=Delivery.Status.DEAD,
-            ),
-            then=F("attempts")
-            - 1
-            - F("delivery__failures")
-            - F("delivery__group_tries"),
+            open_letter
+            & Q(attempts__gt=F("delivery__failures") + 1 + F("delivery__group_tries")),
+            then=silent,
         ),
         default=Value(0),
         output_field=IntegerField(),

@@ -47,8 +47,9 @@ def deliveries_process(deliveries: list[Delivery], *, owner: str) -> list[Outcom
     letters; it no longer does, because the claim counted the group's attempt as a
     group try (``Delivery.group_tries``): if the worker dies, the survivors are
     retried alone (the claim takes a delivery tried before only one at a time), the
-    group try counts neither as a death nor against ``max_attempts``, and only the
-    real poison accumulates deaths on its solo attempts. If the group fails without
+    group try counts against nobody's ``max_attempts``, and only the real poison
+    accumulates deaths on its solo attempts (``death_count``: once it has killed a
+    worker alone, the group's death is blamed on it too). If the group fails without
     dying (a handler raises, a guard or lease races), it is rolled back and each
     delivery runs alone in this same claim, its try now its own.
 
@@ -152,9 +153,9 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
     """
     subscription = SUBSCRIPTIONS[delivery.subscription]
     tries = _own_attempts(delivery)
-    deaths = tries - 1 - delivery.failures
+    deaths = death_count(delivery.attempts, delivery.failures, delivery.group_tries)
     out_of_attempts = tries > subscription.max_attempts or (
-        tries >= subscription.max_attempts and deaths > 0
+        delivery.attempts >= subscription.max_attempts and deaths > 0
     )
     if out_of_attempts:
         reason = f"the worker died during {deaths} earlier attempt(s)"
@@ -169,6 +170,20 @@ def delivery_process(delivery: Delivery, *, owner: str) -> Outcome:
         return Outcome(delivery.pk, "lost_lease")
     except Exception as error:
         return _record_failure(delivery, subscription, error)
+
+
+def death_count(attempts: int, failures: int, group_tries: int) -> int:
+    """Return the earlier attempts of a delivery that ended with its worker dead.
+
+    ``attempts - 1 - failures`` tries went silent (the current one is not over). A
+    dying group's try says nothing about which member killed the worker, so it is
+    blamed on nobody, until a delivery kills a worker on its own: then the group it
+    was in most likely died of it too, and the group try counts as its death. That
+    keeps an innocent batch-mate's attempts whole, and a poison message that arrived
+    in a group still costs no more deaths than ``max_attempts - 1``.
+    """
+    silent = attempts - 1 - failures
+    return silent if silent - group_tries > 0 else 0
 
 
 def _own_attempts(delivery: Delivery) -> int:

@@ -15,7 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from library.models import Notification
 from library.services import loan_issue
 from messaging import registry
-from messaging.models import Delivery, ProcessedMessage
+from messaging.models import DeadLetter, Delivery, ProcessedMessage
+from messaging.selectors.deadletters import deadletter_rows
 from messaging.services import deliveries_claim, deliveries_process, relay_pending
 from messaging.tests.conftest import LONG_BACKOFF, make_due
 
@@ -96,3 +97,40 @@ def test_a_group_whose_worker_died_costs_no_attempt(library_rows, monkeypatch):
     assert outcome.result == "done"
     row = Delivery.objects.get(pk=survivor.pk)
     assert (row.status, row.failures) == ("done", 0)
+
+
+def test_a_killer_that_died_in_a_group_is_blamed_for_it_once_it_kills_alone(
+    library_rows, monkeypatch
+):
+    for name, sub in list(registry.SUBSCRIPTIONS.items()):
+        monkeypatch.setitem(
+            registry.SUBSCRIPTIONS, name, dataclasses.replace(sub, max_attempts=3)
+        )
+    claimed = _claim_fresh()
+    assert any(d.group_tries == 1 for d in claimed)
+    # The group's worker dies; the first survivor is then claimed alone, and its
+    # worker dies as well: one death of its own, so the group's becomes its too.
+    make_due(*claimed)
+    (killer,) = deliveries_claim(owner="w2", limit=50)
+    make_due(killer)
+    # The innocent survivors are claimed alone in turn and finish on their first
+    # try of their own, until the killer comes round again.
+    for turn in range(len(claimed)):
+        (again,) = deliveries_claim(owner=f"w{turn + 3}", limit=50)
+        if again.pk == killer.pk:
+            break
+        (done,) = deliveries_process([again], owner=f"w{turn + 3}")
+        assert done.result == "done"
+    assert again.pk == killer.pk
+    assert (again.attempts, again.group_tries, again.failures) == (3, 1, 0)
+    (outcome,) = deliveries_process([again], owner=again.lease_owner)
+    assert outcome.result == "dead"
+    row = Delivery.objects.get(pk=killer.pk)
+    assert row.status == "dead"
+    letter = DeadLetter.objects.get(delivery=row)
+    assert "died during 2 earlier attempt(s)" in letter.last_error
+    (annotated,) = deadletter_rows(DeadLetter.objects.filter(pk=letter.pk))
+    assert annotated.worker_deaths == 2
+    assert not ProcessedMessage.objects.filter(
+        subscription=row.subscription, message_id=row.message_id
+    ).exists()
