@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 export DEBUG ?= true
 
-.PHONY: run test test-postgres lint format bench venv migrate seed stop clean browser \
+.PHONY: run test test-fast test-postgres lint format bench venv migrate seed stop clean browser \
 	haproxy cluster
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
@@ -76,6 +76,10 @@ cluster: .env haproxy
 
 test: venv browser haproxy
 	bash scripts/pytest.sh
+
+# The edit loop: no process, no browser (they run in `make test`).
+test-fast: venv
+	bash scripts/pytest.sh -q -m "not processes and not browser"
 
 test-postgres: venv browser haproxy
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/library} bash scripts/pytest.sh

@@ -1,12 +1,43 @@
-"""Fixtures shared by every app's tests."""
+"""Fixtures shared by every app's tests, and where the process tests run."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 import redis
 from django.conf import settings
+
+# Tests that start real processes or a browser prove a behaviour once, on the
+# production database, unless marked ``each_database`` (what they prove differs by
+# database). LIBRARY_TEST_PROCESSES=all runs every one of them on SQLite as well.
+ONCE_ON = "django.db.backends.postgresql"
+
+
+def _runs_here(item: pytest.Item, engine: str) -> bool:
+    if not (item.get_closest_marker("processes") or item.get_closest_marker("browser")):
+        return True
+    return engine == ONCE_ON or item.get_closest_marker("each_database") is not None
+
+
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    if os.environ.get("LIBRARY_TEST_PROCESSES", "once") == "all":
+        return
+    engine = settings.DATABASES["default"]["ENGINE"]
+    kept = [item for item in items if _runs_here(item, engine)]
+    left = [item for item in items if not _runs_here(item, engine)]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"{len(left)} process/browser tests left to the PostgreSQL run "
+                "(LIBRARY_TEST_PROCESSES=all runs them here too)"
+            )
 
 
 @pytest.fixture

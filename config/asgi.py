@@ -21,7 +21,13 @@ from course.instruments.routes import LabRoutes  # noqa: E402
 from jobs.shedding import AdmissionControl, ASGIApp  # noqa: E402
 from jobs.telemetry import SeriesShedRecorder  # noqa: E402
 from library.cache.pages import PageTierASGI  # noqa: E402
+from realtime.front import StreamFront  # noqa: E402
+from realtime.limits import descriptor_report  # noqa: E402
 from realtime.routing import websocket_urlpatterns  # noqa: E402
+
+# Said once when a server loads the application: an open-files limit too low for
+# REALTIME_MAX_STREAMS would fail clients with EMFILE long before the 503s start.
+descriptor_report()
 
 
 def http_stack(app: ASGIApp) -> ASGIApp:
@@ -39,8 +45,9 @@ def http_stack(app: ASGIApp) -> ASGIApp:
 application = ProtocolTypeRouter(
     {
         # Load shedding refuses overload first (jobs.shedding); stored anonymous
-        # pages are then answered without entering Django.
-        "http": http_stack(PageTierASGI(django_asgi_app)),
+        # pages are then answered without entering Django, and event streams and
+        # long polls are served on the event loop, a coroutine each, no thread.
+        "http": http_stack(StreamFront(PageTierASGI(django_asgi_app))),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -197,6 +197,10 @@ REALTIME_LONG_POLL_DEFAULT_MS = env_int(
     "REALTIME_LONG_POLL_DEFAULT_MS", 25_000, minimum=100
 )
 REALTIME_POLL_INTERVAL_MS = env_int("REALTIME_POLL_INTERVAL_MS", 150, minimum=10)
+# Event streams and long polls one server process holds at once; past it, 503 with
+# Retry-After (realtime.limits). Each needs a file descriptor: ulimit -n is checked
+# against it when the ASGI application loads.
+REALTIME_MAX_STREAMS = env_int("REALTIME_MAX_STREAMS", 10_000, minimum=1)
 REALTIME_SSE_HEARTBEAT_S = env_int("REALTIME_SSE_HEARTBEAT_S", 15, minimum=1)
 REALTIME_SSE_RETRY_MS = env_int("REALTIME_SSE_RETRY_MS", 2000, minimum=100)
 REALTIME_PRESENCE_TTL_S = env_int("REALTIME_PRESENCE_TTL_S", 30, minimum=2)

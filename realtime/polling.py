@@ -12,10 +12,9 @@ every waiter of one event loop (one per daphne process):
 - the queries run on a small thread pool of this module (``DB_THREADS``) and close
   their connection before returning, so an idle waiter, long poll or event stream,
   holds no database connection: the cost is one or two tiny queries per interval
-  per process, whatever the number of waiters. A waiter inside a Django request
-  still holds that request's thread-sensitive thread while it waits (one OS thread
-  per open long poll or stream; see ``realtime.sse``), and a woken branch stream
-  runs its own replay query.
+  per process, whatever the number of waiters. Long polls and streams are served
+  on the event loop by ``realtime.front``, so a waiter holds no thread either; a
+  woken branch stream runs its own replay query.
 
 The counters of requests, empty answers, stream connections and events live in
 Redis (``counter_add``/``counters_read``), shared by every process on the database,

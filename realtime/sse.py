@@ -1,15 +1,13 @@
 """Server-sent event streams: job progress and a branch's stock events.
 
-A stream is an async generator that Django's ASGI handler drains onto the socket
-(``StreamingHttpResponse``). The generator itself is a suspended coroutine on
-daphne's event loop and holds no database connection (every read goes through
-``realtime.polling.db_call``, which closes its connection). It does hold a thread
-today: Django runs each ASGI request inside its own thread-sensitive context, and
-the sync middleware and ``request_started`` receivers keep that context's thread
-for the whole life of the response, so a daphne has about one OS thread per open
-stream (4 threads with one stream, 505 with 500: ``bench/results/sse.md``).
-Every new log message wakes every branch stream, and each runs its own replay
-query (issue #15).
+A stream is an async generator drained onto the socket by ``realtime.front``,
+which serves the stream routes on daphne's event loop before Django's handler: the
+generator is a suspended coroutine that holds no database connection (every read
+goes through ``realtime.polling.db_call``, which closes its connection) and no
+thread (Django's handler would keep one per open response; ``realtime.front`` says
+why). Past ``REALTIME_MAX_STREAMS`` a process refuses new streams with 503
+(``realtime.limits``). When the log moves, the streams of a process share one
+read of the new window (``LogWindows``) and each takes its branch's part.
 
 Each stream starts with ``retry:`` (how long a browser waits before reconnecting) and
 a comment line, then sends events with durable ids, so a reconnecting client's
@@ -28,18 +26,20 @@ a comment line, then sends events with durable ids, so a reconnecting client's
 
 A comment heartbeat goes out after a random 1.0-1.2 times
 ``REALTIME_SSE_HEARTBEAT_S`` without an event, so that intermediaries see traffic
-and many streams do not beat in step. When the client goes away Django cancels the
+and many streams do not beat in step. When the client goes away the front cancels the
 response task: the ``CancelledError`` ends the generator at its current ``await``
 and nothing more is written. ``STREAMS.open`` counts running generators.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import uuid
+import weakref
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from django.conf import settings
@@ -222,6 +222,84 @@ async def _replay(branch_id: int, after: int, upto: int) -> AsyncIterator[str]:
         after = rows[-1]["id"]
 
 
+# A window wider than this is a catch-up (a stream resumed far behind), read by
+# that stream alone, batch by batch; streams in step share one read per window.
+SHARED_WINDOW: Final = 1000
+# Windows kept per process: streams woken by one head move ask within moments.
+WINDOWS_KEPT: Final = 8
+
+
+def _window_messages(after: int, upto: int) -> dict[int, list[dict[str, Any]]]:
+    """Every branch's messages in (after, upto], grouped by branch (sync)."""
+    rows: Any = (
+        OutboxMessage.objects.filter(id__gt=after, id__lte=upto, type__in=BRANCH_TYPES)
+        .order_by("id")
+        .values("id", "type", "body")
+    )
+    found: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        branch = row["body"].get("branch_id") if isinstance(row["body"], dict) else None
+        if isinstance(branch, int):
+            found.setdefault(branch, []).append(row)
+    return found
+
+
+@dataclass
+class LogWindows:
+    """One read of each new stretch of the log, shared by the streams of a process.
+
+    When the log's head moves, the change hub wakes every branch stream with the
+    same (after, head). The first to ask starts one query for every branch's
+    messages in that window; the others await the same read and take their
+    branch's part. So one event costs a process one query, not one per stream.
+    """
+
+    reads: dict[tuple[int, int], asyncio.Future[dict[int, list[dict[str, Any]]]]] = (
+        field(default_factory=dict)
+    )
+    queries: int = 0
+
+    async def branch_part(self, branch_id: int, after: int, upto: int) -> list[Any]:
+        key = (after, upto)
+        read = self.reads.get(key)
+        if read is None:
+            read = asyncio.ensure_future(db_call(_window_messages, after, upto))
+            self.queries += 1
+            self.reads[key] = read
+            while len(self.reads) > WINDOWS_KEPT:
+                self.reads.pop(next(iter(self.reads)))
+        try:
+            rows = await asyncio.shield(read)
+        except Exception:
+            self.reads.pop(key, None)  # a failed read is not kept for the others
+            raise
+        return rows.get(branch_id, [])
+
+
+_windows: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LogWindows] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def log_windows() -> LogWindows:
+    """Return the shared log reads of the running event loop (one per process)."""
+    loop = asyncio.get_running_loop()
+    windows = _windows.get(loop)
+    if windows is None:
+        windows = _windows[loop] = LogWindows()
+    return windows
+
+
+async def _moved(branch_id: int, after: int, head: int) -> AsyncIterator[str]:
+    """Yield the branch's messages in (after, head]: shared read, or a catch-up."""
+    if head - after > SHARED_WINDOW:
+        async for block in _replay(branch_id, after, head):
+            yield block
+        return
+    for row in await log_windows().branch_part(branch_id, after, head):
+        yield sse_event(id=row["id"], event=row["type"], data=row["body"])
+
+
 async def _branch_events(
     branch_id: int, last_id: int | None, start: BranchStart
 ) -> AsyncIterator[str]:
@@ -247,6 +325,6 @@ async def _branch_events(
         if head is None:
             yield HEARTBEAT
             continue
-        async for block in _replay(branch_id, after, head):
+        async for block in _moved(branch_id, after, head):
             yield block
         after = head

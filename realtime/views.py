@@ -6,8 +6,8 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator
-from typing import Final
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Final
 
 import redis
 from django.conf import settings
@@ -23,6 +23,12 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, render
 
 from library.models import Branch
+from realtime.limits import (
+    slot_held_by,
+    stream_admit,
+    stream_refusal,
+    streams_open,
+)
 from realtime.polling import (
     change_hub,
     counter_add,
@@ -31,7 +37,13 @@ from realtime.polling import (
     job_read,
     long_poll_limits_ms,
 )
-from realtime.sse import STREAMS, branch_start, branch_stream, job_stream
+from realtime.sse import (
+    STREAMS,
+    branch_start,
+    branch_stream,
+    job_stream,
+    log_windows,
+)
 
 log = logging.getLogger("realtime")
 
@@ -112,7 +124,13 @@ async def job_wait(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBase:
     if version is None or job["version"] != version:
         await counter_add(long_requests=1)
         return _no_store(JsonResponse(job))
-    changed = await change_hub().job_changed(job_id, version, hold_ms / 1000)
+    slot = stream_admit()
+    if slot is None:
+        return stream_refusal()
+    try:
+        changed = await change_hub().job_changed(job_id, version, hold_ms / 1000)
+    finally:
+        slot.release()
     if changed is False:
         await counter_add(long_requests=1, long_empty=1)
         return _no_store(HttpResponse(status=204))
@@ -142,6 +160,22 @@ def _event_stream(stream: AsyncIterator[str]) -> StreamingHttpResponse:
     return response
 
 
+async def _admitted(
+    opening: Coroutine[Any, Any, AsyncIterator[str]],
+) -> HttpResponseBase:
+    """Open the stream if this process has room for one more, else refuse it."""
+    slot = stream_admit()
+    if slot is None:
+        opening.close()  # never awaited: closed, or Python warns about it
+        return stream_refusal()
+    try:
+        stream = await opening
+    except BaseException:
+        slot.release()
+        raise
+    return _event_stream(slot_held_by(stream, slot))
+
+
 async def job_events(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBase:
     """Job progress as server-sent events (``realtime.sse``)."""
     if (refused := _method_get(request)) is not None:
@@ -155,7 +189,7 @@ async def job_events(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBas
     if job["finished"] and last_id == job["version"]:
         # Nothing will ever follow; 204 stops EventSource from reconnecting.
         return _no_store(HttpResponse(status=204))
-    return _event_stream(await job_stream(job_id, last_id, job))
+    return await _admitted(job_stream(job_id, last_id, job))
 
 
 async def branch_events(request: HttpRequest, branch_id: int) -> HttpResponseBase:
@@ -168,7 +202,7 @@ async def branch_events(request: HttpRequest, branch_id: int) -> HttpResponseBas
     start = await db_call(branch_start, branch_id, last_id)
     if start is None:
         return _no_store(JsonResponse({"error": "no such branch"}, status=404))
-    return _event_stream(await branch_stream(branch_id, last_id, start))
+    return await _admitted(branch_stream(branch_id, last_id, start))
 
 
 # How long a client should wait before asking for the metrics again after Redis
@@ -223,6 +257,11 @@ async def realtime_metrics(request: HttpRequest) -> HttpResponseBase:
                     "streams_started": STREAMS.started,
                     "waiting": hub.waiting,
                     "hub_polls": hub.stats.polls,
+                    # Streams and long polls admitted, against the refusal limit.
+                    "admitted": streams_open(),
+                    # Shared reads of new log windows (one per head move).
+                    "log_reads": log_windows().queries,
+                    "max_streams": settings.REALTIME_MAX_STREAMS,
                 },
             }
         )

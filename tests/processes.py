@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -49,6 +50,20 @@ def wait_until(
         if time.monotonic() > end:
             raise TimeoutError(f"waited {deadline_s:.0f} s for {what}")
         time.sleep(0.02)
+
+
+async def await_until(
+    condition: Callable[[], T | None], what: str, deadline_s: float = WAIT_DEADLINE_S
+) -> T:
+    """``wait_until`` for a condition that the running event loop itself makes true."""
+    end = time.monotonic() + deadline_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise TimeoutError(f"waited {deadline_s:.0f} s for {what}")
+        await asyncio.sleep(0.02)
 
 
 def child_env() -> dict[str, str]:

@@ -46,6 +46,7 @@ def assert_no_children_left() -> None:
     assert harness.child_pids(os.getpid()) == []
 
 
+@pytest.mark.each_database  # claims: SKIP LOCKED or compare-and-set
 def test_delivery_semantics_live_reaches_the_course_counts(redis_client):
     tables = live_tables("delivery-semantics")
     assert tables["live_modes"]["columns"] == tables["modes"]["columns"]
@@ -60,6 +61,7 @@ def test_delivery_semantics_live_reaches_the_course_counts(redis_client):
     assert not list(redis_client.scan_iter(match="*lab-live-*"))
 
 
+@pytest.mark.each_database  # claims: SKIP LOCKED or compare-and-set
 def test_message_queues_live_redelivers_after_the_lease(redis_client):
     tables = live_tables("message-queues")
     live = rows(tables, "live_unacknowledged")
@@ -78,6 +80,7 @@ def test_message_queues_live_redelivers_after_the_lease(redis_client):
     assert_no_children_left()
 
 
+@pytest.mark.each_database  # claims: SKIP LOCKED or compare-and-set
 def test_dead_letter_queues_live_drains_isolates_and_redrives(redis_client):
     tables = live_tables("dead-letter-queues")
     assert rows(tables, "live_redrive") == [
@@ -101,6 +104,7 @@ def test_dead_letter_queues_live_says_it_uses_the_system_threshold(redis_client)
     assert after == ["after redriving 1", 6, 0, 1]
 
 
+@pytest.mark.each_database  # claims: SKIP LOCKED or compare-and-set
 def test_poison_live_isolates_the_worker_killer_at_claim_time(redis_client):
     tables = live_tables("poison-messages-and-retry")
     assert rows(tables, "live_counter_position") == [

@@ -27,7 +27,12 @@ from messaging.models import (
 )
 from messaging.registry import SUBSCRIPTIONS, MessageType, subscriptions_for
 
-pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+# The slow lane behaves differently on each database (see the lane test).
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.each_database,
+]
 
 
 def live_tables(slug: str, **overrides: Any) -> Tables:

@@ -10,6 +10,7 @@ from tests.processes import ROOT, child_env, manage
 
 
 @pytest.mark.processes
+@pytest.mark.each_database  # the embedded default's path: SQLite and a real worker
 @pytest.mark.django_db(transaction=True)
 def test_real_rqworker_process_finishes_the_lab(redis_client):
     lab = lab_get("message-queues")

@@ -130,7 +130,7 @@ def test_a_killer_that_died_in_a_group_is_blamed_for_it_once_it_kills_alone(
     letter = DeadLetter.objects.get(delivery=row)
     assert "died during 2 earlier attempt(s)" in letter.last_error
     (annotated,) = deadletter_rows(DeadLetter.objects.filter(pk=letter.pk))
-    assert annotated.worker_deaths == 2
+    assert annotated.worker_deaths == 2  # type: ignore[attr-defined]  # annotated
     assert not ProcessedMessage.objects.filter(
         subscription=row.subscription, message_id=row.message_id
     ).exists()

@@ -22,7 +22,12 @@ from messaging.models import DeadLetter, Delivery, OutboxMessage
 from messaging.registry import subscriptions_for
 from tests.processes import ROOT, child_env, start_manage
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+# Claims differ by database (SKIP LOCKED, compare-and-set): killed on each.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.processes,
+    pytest.mark.each_database,
+]
 LEASE_SECONDS = 2
 
 

@@ -28,7 +28,8 @@ from realtime.polling import LOG_GRACE
 from realtime.sse import STREAMS
 from tests.processes import child_env, free_port, start_daphne, stop
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+# PostgreSQL reads the log behind a commit grace, SQLite does not: streams on each.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.each_database]
 
 
 @pytest.fixture

@@ -1,0 +1,117 @@
+"""Past REALTIME_MAX_STREAMS a process refuses streams and long polls with a 503.
+
+The ASGI application runs in this process (as daphne would run it), so the test
+holds streams open, sees the refusal, and sees each place come back when a client
+leaves, whether it left mid-stream or its long poll answered.
+"""
+
+from __future__ import annotations
+
+import resource
+
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from django.test import override_settings
+
+# Imported here, not in a test: loading it sets Django up again, and that resets the
+# logging configuration, dropping the handler pytest's caplog puts on the root.
+from config.asgi import application
+from jobs.models import JobStatus
+from jobs.services import jobstatus_create
+from library.models import Branch
+from realtime.limits import descriptor_report, streams_open
+from tests.processes import await_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def job(redis_client) -> JobStatus:
+    Branch.objects.create(id=1, name="Central", city="Ankara")
+    return jobstatus_create(kind="lab", name="limits-test", params={})
+
+
+def _get(path: str, query: str = "") -> ApplicationCommunicator:
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+    return ApplicationCommunicator(application, scope)
+
+
+async def _start(app: ApplicationCommunicator) -> dict[str, object]:
+    await app.send_input({"type": "http.request", "body": b"", "more_body": False})
+    return await app.receive_output(10)
+
+
+def _headers(start: dict[str, object]) -> dict[bytes, bytes]:
+    pairs = start["headers"]
+    assert isinstance(pairs, list)
+    return {bytes(name).lower(): bytes(value) for name, value in pairs}
+
+
+@override_settings(REALTIME_MAX_STREAMS=2)
+async def test_streams_past_the_maximum_get_503_and_places_come_back(job, caplog):
+    assert streams_open() == 0
+    events = f"/realtime/jobs/{job.pk}/events"
+    first, second = _get(events, "lastEventId=1"), _get("/realtime/branches/1/events")
+    assert (await _start(first))["status"] == 200
+    assert (await _start(second))["status"] == 200
+    assert streams_open() == 2
+
+    refused = await _start(third := _get(events, "lastEventId=1"))
+    assert refused["status"] == 503
+    assert _headers(refused)[b"retry-after"] == b"5"
+    poll = await _start(_get(f"/realtime/jobs/{job.pk}/wait", "version=1"))
+    assert poll["status"] == 503
+    await third.wait(timeout=5)
+    assert streams_open() == 2  # a refusal takes no place
+    # Two refusals, one warning, and no server error logged for them.
+    said = [r for r in caplog.records if r.levelname in {"WARNING", "ERROR"}]
+    assert [r.getMessage() for r in said] == [
+        "refusing streams: 2 open, REALTIME_MAX_STREAMS reached"
+    ]
+
+    await first.send_input({"type": "http.disconnect"})
+    await await_until(lambda: streams_open() == 1, "the left stream's place")
+    again = _get(events, "lastEventId=1")
+    assert (await _start(again))["status"] == 200
+    for app in (second, again):
+        await app.send_input({"type": "http.disconnect"})
+    await await_until(lambda: streams_open() == 0, "every place back")
+
+
+@override_settings(REALTIME_MAX_STREAMS=1)
+async def test_a_long_poll_holds_a_place_until_it_answers(job):
+    poll = _get(f"/realtime/jobs/{job.pk}/wait", "version=1&timeout_ms=300")
+    await poll.send_input({"type": "http.request", "body": b"", "more_body": False})
+    await await_until(lambda: streams_open() == 1, "the long poll's place")
+    refused = await _start(_get(f"/realtime/jobs/{job.pk}/events", "lastEventId=1"))
+    assert refused["status"] == 503
+    assert (await poll.receive_output(10))["status"] == 204
+    await await_until(lambda: streams_open() == 0, "the answered poll's place")
+
+
+def test_a_too_low_open_files_limit_is_reported(settings, monkeypatch):
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    settings.REALTIME_MAX_STREAMS = 100
+    assert descriptor_report() is None  # 300 descriptors: any machine has them
+    monkeypatch.setattr(resource, "setrlimit", _refuse)
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (256, hard))
+    warning = descriptor_report()
+    assert warning is not None
+    assert "ulimit -n) is 256" in warning
+    assert "below the 300 descriptors" in warning
+
+
+def _refuse(*_: object) -> None:
+    raise ValueError("not allowed")
