@@ -63,6 +63,8 @@ COUNTERS: Final = (
 # id after a higher one is visible; the log is read only up to messages older than
 # this, as messaging.services.streams does. SQLite commits one writer at a time.
 LOG_GRACE: Final = datetime.timedelta(seconds=1)
+# How far past the grace a gap-free run of offsets is read in one look.
+GAP_FREE_RUN: Final = 1000
 
 _executor = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="realtime-db")
 
@@ -109,12 +111,29 @@ def _job_versions(job_ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
 
 
 def log_head() -> int:
-    """Return the highest offset of the outbox log that is safe to read (0: empty)."""
+    """Return the highest offset of the outbox log that is safe to read (0: empty).
+
+    On PostgreSQL an offset is safe once it is older than the commit grace, or
+    when every offset between it and a safe one is visible: with no gap below it,
+    no slower transaction can still commit a lower id. So a run of messages without
+    gaps goes out at once, and only a gap (a transaction still open, or one rolled
+    back) waits for the grace.
+    """
     rows = OutboxMessage.objects.all()
-    if connection.vendor != "sqlite":
-        rows = rows.filter(created_at__lte=timezone.now() - LOG_GRACE)
-    head: int | None = rows.aggregate(n=Max("id"))["n"]
-    return head or 0
+    if connection.vendor == "sqlite":
+        return rows.aggregate(n=Max("id"))["n"] or 0
+    safe: int = (
+        rows.filter(created_at__lte=timezone.now() - LOG_GRACE).aggregate(n=Max("id"))[
+            "n"
+        ]
+        or 0
+    )
+    newer = rows.filter(id__gt=safe).order_by("id").values_list("id", flat=True)
+    for offset in newer[:GAP_FREE_RUN]:
+        if offset != safe + 1:
+            break
+        safe = offset
+    return safe
 
 
 def log_newest() -> int:
