@@ -162,7 +162,11 @@ STREAM_CONSUMERS: dict[str, StreamSpec] = {
 # (the type field's choices), so it imports no model, not even for typing.
 Handler = Callable[[Any], None]
 Flush = Callable[[], None]
+# Optional: applies several messages of one subscription at once, in offset order,
+# with the same result as its handler applied to each in turn (group commit).
+GroupHandler = Callable[[list[Any]], None]
 HANDLERS: dict[str, Handler] = {}
+GROUP_HANDLERS: dict[str, GroupHandler] = {}
 AFTER_BATCH: dict[str, Flush] = {}
 OUTSIDE: dict[str, Handler] = {}
 STREAM_HANDLERS: dict[str, Handler] = {}
@@ -202,6 +206,15 @@ def _binder(table: dict[str, Any], name: str) -> Callable[[_F], _F]:
 def subscription_handler(subscription: str) -> Callable[[_F], _F]:
     """Bind the decorated ``handler(message)`` as the effect of ``subscription``."""
     return _binder(HANDLERS, subscription)
+
+
+def group_handler(subscription: str) -> Callable[[_F], _F]:
+    """Bind the decorated ``apply(messages)`` as ``subscription``'s group effect.
+
+    Used when a group commit holds several of the subscription's deliveries; it must
+    leave what the subscription's handler would, applied to each message in order.
+    """
+    return _binder(GROUP_HANDLERS, subscription)
 
 
 def after_batch_handler(subscription: str) -> Callable[[_F], _F]:

@@ -27,7 +27,12 @@ from django.utils import timezone
 from messaging.models import Delivery, PartitionLease
 from messaging.registry import SUBSCRIPTIONS, Subscription
 from messaging.services.claim import lease_length
-from messaging.services.process import Outcome, after_batch_run, delivery_process
+from messaging.services.process import (
+    Outcome,
+    after_batch_run,
+    delivery_process,
+    group_commit,
+)
 
 log = logging.getLogger("messaging")
 
@@ -143,8 +148,18 @@ def _turn(
 ) -> list[Outcome]:
     """Process the partition's deliveries in offset order until one must wait."""
     outcomes: list[Outcome] = []
-    for _ in range(PARTITION_TURN):
+    while len(outcomes) < PARTITION_TURN:
         now = timezone.now()
+        if now >= deadline:
+            break
+        run = _fresh_run(subscription, partition, now, PARTITION_TURN - len(outcomes))
+        if len(run) > 1:
+            grouped = _run_commit(run, owner, now + _lease_length(subscription))
+            if grouped:
+                outcomes += grouped
+                if not _lease_renew(subscription.name, partition, owner, len(grouped)):
+                    break
+                continue
         head = _head(subscription.name, partition)
         if now >= deadline or not _head_ready(head, now):
             break
@@ -153,18 +168,86 @@ def _turn(
             break
         outcome = delivery_process(head, owner=owner)
         outcomes.append(outcome)
-        renewed = PartitionLease.objects.filter(
-            subscription=subscription.name, partition=partition, owner=owner
-        ).update(
-            leased_until=timezone.now() + _lease_length(subscription),
-            processed=F("processed") + 1,
-        )
-        if not renewed:
-            log.warning("lost the lease of %s[%s]", subscription.name, partition)
+        if not _lease_renew(subscription.name, partition, owner, 1):
             break
         if outcome.result in ("retry", "lost_lease"):
             break  # the head waits for its retry, and the partition with it
     return outcomes
+
+
+def _lease_renew(subscription: str, partition: int, owner: str, done: int) -> bool:
+    renewed = PartitionLease.objects.filter(
+        subscription=subscription, partition=partition, owner=owner
+    ).update(
+        leased_until=timezone.now() + lease_length(subscription),
+        processed=F("processed") + done,
+    )
+    if not renewed:
+        log.warning("lost the lease of %s[%s]", subscription, partition)
+    return bool(renewed)
+
+
+def _fresh_run(
+    subscription: Subscription, partition: int, now: datetime.datetime, limit: int
+) -> list[Delivery]:
+    """Return the partition's leading deliveries that were never tried, in order.
+
+    Only a run from the head: the first delivery tried before (it may be the one
+    that kills workers) or not ready yet ends it, and goes the one-by-one way.
+    """
+    if subscription.outside:
+        return []  # its slow part runs outside any transaction: never in a group
+    pending = (
+        Delivery.objects.filter(
+            subscription=subscription.name,
+            partition=partition,
+            status=Delivery.Status.PENDING,
+        )
+        .select_related("message")
+        .order_by("message_id")[:limit]
+    )
+    run: list[Delivery] = []
+    for delivery in pending:
+        if delivery.attempts or not _head_ready(delivery, now):
+            break
+        run.append(delivery)
+    return run
+
+
+def _run_commit(
+    run: list[Delivery], owner: str, lease_until: datetime.datetime
+) -> list[Outcome]:
+    """Claim a fresh run as one group try and commit it at once; [] if it did not.
+
+    A run that fails is given back as it was (never tried, no lease), and the turn
+    goes on one by one, where a failure stops the partition in order. A worker that
+    dies mid-run leaves group tries behind: those deliveries run alone afterwards,
+    and the try is blamed on none of them (``process.death_count``).
+    """
+    now = timezone.now()
+    pks = [delivery.pk for delivery in run]
+    claimed = Delivery.objects.filter(
+        _lease_free(now), pk__in=pks, attempts=0, status=Delivery.Status.PENDING
+    ).update(attempts=1, group_tries=1, lease_owner=owner, leased_until=lease_until)
+    for delivery in run:
+        delivery.attempts, delivery.group_tries = 1, 1
+        delivery.lease_owner, delivery.leased_until = owner, lease_until
+    committed = group_commit(run, owner=owner) if claimed == len(run) else None
+    if committed is None:
+        _run_give_back(pks, owner)
+        return []
+    return committed
+
+
+def _run_give_back(pks: list[int], owner: str) -> None:
+    Delivery.objects.filter(
+        pk__in=pks, lease_owner=owner, status=Delivery.Status.PENDING, group_tries=1
+    ).update(
+        attempts=F("attempts") - 1,
+        group_tries=0,
+        lease_owner="",
+        leased_until=None,
+    )
 
 
 def _claim_head(head: Delivery, owner: str, lease_until: datetime.datetime) -> bool:

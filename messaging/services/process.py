@@ -20,6 +20,7 @@ from django.utils import timezone
 from messaging.models import DeadLetter, Delivery, ProcessedMessage
 from messaging.registry import (
     AFTER_BATCH,
+    GROUP_HANDLERS,
     HANDLERS,
     OUTSIDE,
     SUBSCRIPTIONS,
@@ -71,8 +72,13 @@ def _in_group(delivery: Delivery) -> bool:
     return delivery.attempts == 1 and delivery.group_tries == 1
 
 
-def _group_process(group: list[Delivery], *, owner: str) -> list[Outcome]:
-    """Commit the group at once, or fall back to one transaction per delivery."""
+def group_commit(group: list[Delivery], *, owner: str) -> list[Outcome] | None:
+    """Commit the group's guards, effects and done marks at once; None if it failed.
+
+    The handlers run in the order of ``group``, so a partition's run stays in
+    offset order. On a failure everything is rolled back and the caller decides
+    how its members run alone.
+    """
     try:
         with transaction.atomic():
             return _group_apply(group, owner)
@@ -80,6 +86,14 @@ def _group_process(group: list[Delivery], *, owner: str) -> list[Outcome]:
         log.info(
             "group of %s deliveries fell back to one by one: %s", len(group), error
         )
+    return None
+
+
+def _group_process(group: list[Delivery], *, owner: str) -> list[Outcome]:
+    """Commit the group at once, or fall back to one transaction per delivery."""
+    committed = group_commit(group, owner=owner)
+    if committed is not None:
+        return committed
     outcomes = []
     for delivery in group:
         if not _group_try_undo(delivery, owner):
@@ -109,14 +123,28 @@ def _group_apply(group: list[Delivery], owner: str) -> list[Outcome]:
             for d in fresh
         ]
     )
-    for delivery in fresh:
-        HANDLERS[delivery.subscription](delivery.message)
+    _group_effects(fresh)
     marked = Delivery.objects.filter(
         pk__in=[d.pk for d in group], lease_owner=owner, status=Delivery.Status.PENDING
     ).update(status=Delivery.Status.DONE, done_at=timezone.now(), leased_until=None)
     if marked != len(group):
         raise _LeaseLost
     return [Outcome(d.pk, "done" if d.pk in applied else "duplicate") for d in group]
+
+
+def _group_effects(fresh: list[Delivery]) -> None:
+    """Run the group's effects: a subscription's group handler takes all of its
+    messages at once (in offset order), the others run message by message."""
+    by_subscription: dict[str, list[Delivery]] = {}
+    for delivery in sorted(fresh, key=lambda d: d.message_id):
+        by_subscription.setdefault(delivery.subscription, []).append(delivery)
+    for name, deliveries in by_subscription.items():
+        together = GROUP_HANDLERS.get(name)
+        if together is not None and len(deliveries) > 1:
+            together([d.message for d in deliveries])
+            continue
+        for delivery in deliveries:
+            HANDLERS[name](delivery.message)
 
 
 def _group_try_undo(delivery: Delivery, owner: str) -> bool:

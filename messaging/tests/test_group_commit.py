@@ -7,17 +7,25 @@ whose worker died costs its members no attempt (``Delivery.group_tries``).
 """
 
 import dataclasses
+import datetime
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from library.models import Notification
+from library.models import Book, BookLedger, BranchStock, Notification
 from library.services import loan_issue
 from messaging import registry
-from messaging.models import DeadLetter, Delivery, ProcessedMessage
+from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
 from messaging.selectors.deadletters import deadletter_rows
-from messaging.services import deliveries_claim, deliveries_process, relay_pending
+from messaging.services import (
+    deliveries_claim,
+    deliveries_process,
+    outbox_publish,
+    relay_pending,
+)
+from messaging.services.partitions import partitions_drain
 from messaging.tests.conftest import LONG_BACKOFF, make_due
 
 pytestmark = pytest.mark.django_db
@@ -45,11 +53,29 @@ def test_fresh_deliveries_of_a_claim_commit_as_one_group(library_rows):
     # One INSERT for the whole group, one more per delivery run alone.
     assert len(guard_inserts) == 1 + len(claimed) - len(grouped)
     assert ProcessedMessage.objects.count() == len(claimed)
-    assert Notification.objects.count() == 3
+    # The group handlers leave what the one-message handlers would: a note per
+    # loan naming its book, and each branch's totals recounted from its books.
+    notes = Notification.objects.order_by("source_message_id")
+    assert [n.text for n in notes] == [
+        f"You borrowed “Book {n}”. Enjoy the read!" for n in (1, 2, 3)
+    ]
+    for summary in BranchStock.objects.all():
+        books = Book.objects.filter(branch_id=summary.branch_id)
+        assert summary.on_shelf_total == sum(b.on_shelf for b in books)
+        assert summary.titles == books.count()
+        newest = OutboxMessage.objects.filter(body__branch_id=summary.branch_id)
+        assert summary.last_message_id == max(m.pk for m in newest)
+    # One INSERT of the group's notifications, not one per loan.
+    notes_sql = [
+        q["sql"] for q in queries.captured_queries if "library_notification" in q["sql"]
+    ]
+    assert sum(sql.startswith("INSERT") for sql in notes_sql) == 1
 
 
 def _raise(message):
-    raise LookupError(f"no member for message {message.pk}")
+    # A group handler gets a list of messages: it fails the same way.
+    first = message[0] if isinstance(message, list) else message
+    raise LookupError(f"no member for message {first.pk}")
 
 
 def test_a_group_that_raises_runs_one_by_one_and_only_the_bad_one_fails(
@@ -62,6 +88,7 @@ def test_a_group_that_raises_runs_one_by_one_and_only_the_bad_one_fails(
         dataclasses.replace(sub, backoff=LONG_BACKOFF),
     )
     monkeypatch.setitem(registry.HANDLERS, "notification", _raise)
+    monkeypatch.setitem(registry.GROUP_HANDLERS, "notification", _raise)
     claimed = _claim_fresh()
     outcomes = {
         o.delivery_id: o.result for o in deliveries_process(claimed, owner="w1")
@@ -134,3 +161,64 @@ def test_a_killer_that_died_in_a_group_is_blamed_for_it_once_it_kills_alone(
     assert not ProcessedMessage.objects.filter(
         subscription=row.subscription, message_id=row.message_id
     ).exists()
+
+
+def _ledger_partition(
+    *keys_and_bodies: tuple[int, dict[str, object] | None],
+) -> list[Delivery]:
+    """Publish messages whose book_ledger copies share partition 1; return them."""
+    for key, body in keys_and_bodies:
+        if body is None:
+            loan_issue(book_id=key, member_id=1)
+        else:
+            with transaction.atomic():
+                outbox_publish(
+                    type=registry.MessageType.LOAN_ISSUED, key=key, body=body
+                )
+    relay_pending()
+    ledger = Delivery.objects.filter(subscription="book_ledger").order_by("message_id")
+    assert {d.partition for d in ledger} == {1}
+    return list(ledger)
+
+
+def _turns() -> None:
+    deadline = timezone.now() + datetime.timedelta(seconds=30)
+    partitions_drain(owner="w1", lane="main", deadline=deadline)
+
+
+def test_a_partitions_fresh_run_commits_as_one_group_in_order(library_rows):
+    # A version already recorded above book 5's next one: that entry is out of order.
+    BookLedger.objects.create(book_id=5, message_id=0, book_version=99, kind="x")
+    first, second = _ledger_partition((1, None), (5, None))
+    with CaptureQueriesContext(connection) as queries:
+        _turns()
+    rows = Delivery.objects.filter(pk__in=[first.pk, second.pk]).order_by("message_id")
+    assert [(r.status, r.attempts, r.group_tries) for r in rows] == [
+        ("done", 1, 1),
+        ("done", 1, 1),
+    ]
+    entries = BookLedger.objects.filter(message_id__gt=0).order_by("message_id")
+    assert [(e.book_id, e.in_order) for e in entries] == [(1, True), (5, False)]
+    # One guard INSERT for the run, not one per delivery.
+    guards = [q for q in queries.captured_queries if "processedmessage" in q["sql"]]
+    assert sum(q["sql"].startswith("INSERT") for q in guards) == 1
+
+
+def test_a_run_that_fails_is_given_back_and_the_partition_stops_at_the_bad_one(
+    library_rows,
+):
+    good, bad, later = _ledger_partition((1, None), (1, {"loan": "??"}), (5, None))
+    _turns()
+    good, bad, later = (Delivery.objects.get(pk=d.pk) for d in (good, bad, later))
+    # Given back, then one by one: the good head is done, the bad one waits for its
+    # retry, and the one behind it has not run: order holds, no attempt was lost.
+    assert (good.status, good.attempts, good.group_tries) == ("done", 1, 0)
+    assert (bad.status, bad.attempts, bad.failures, bad.group_tries) == (
+        "pending",
+        1,
+        1,
+        0,
+    )
+    assert (later.status, later.attempts, later.group_tries) == ("pending", 0, 0)
+    assert (later.lease_owner, later.leased_until) == ("", None)
+    assert list(BookLedger.objects.values_list("book_id", flat=True)) == [1]
