@@ -20,7 +20,11 @@ from django.db import transaction
 from library.selectors.stock import branch_stock_state
 from messaging.errors import body_int
 from messaging.models import OutboxMessage
-from messaging.registry import after_batch_handler, subscription_handler
+from messaging.registry import (
+    after_batch_handler,
+    group_handler,
+    subscription_handler,
+)
 from realtime.accounting import broadcasts_record
 
 
@@ -58,10 +62,27 @@ def broadcast_branch_stock(message: OutboxMessage) -> None:
     ``broadcast_flush`` at the end of the batch: network I/O stays out of the
     transaction, and a batch costs one trip to the channel layer, not one per loan.
     """
+    _queue([_event(message, {})])
+
+
+@group_handler("broadcast")
+def broadcast_branch_stocks(messages: list[OutboxMessage]) -> None:
+    """``broadcast_branch_stock`` for several messages: each branch's state read once.
+
+    The handler reads the branch's current state, not the state as of its message,
+    so messages of one branch handled in one transaction all see the same state.
+    """
+    states: dict[int, dict[str, Any]] = {}
+    _queue([_event(message, states) for message in messages])
+
+
+def _event(message: OutboxMessage, states: dict[int, dict[str, Any]]) -> dict[str, Any]:
     branch_id = body_int(message.body, "branch_id")
     book_id = body_int(message.body, "book_id")
-    state = branch_stock_state(branch_id)
-    event = {
+    if branch_id not in states:
+        states[branch_id] = branch_stock_state(branch_id)
+    state = states[branch_id]
+    return {
         "type": "stock.update",
         "branch": branch_id,
         "version": state["version"],
@@ -71,9 +92,11 @@ def broadcast_branch_stock(message: OutboxMessage) -> None:
         "offset": message.pk,
     }
 
+
+def _queue(events: list[dict[str, Any]]) -> None:
     def queue() -> None:
         with _pending_lock:
-            _pending_broadcasts.append(event)
+            _pending_broadcasts.extend(events)
 
     transaction.on_commit(queue)
 
