@@ -107,14 +107,19 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def start_daphne(
-    port: int, env: dict[str, str] | None = None
+    port: int, env: dict[str, str] | None = None, *, proxy_headers: bool = False
 ) -> subprocess.Popen[bytes]:
-    """Start a daphne instance of the project on ``port`` and wait until it listens."""
+    """Start a daphne instance of the project on ``port`` and wait until it listens.
+
+    ``proxy_headers`` trusts X-Forwarded-For/-Proto, as the daphnes behind the
+    balancer of ``Procfile.cluster`` do.
+    """
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "daphne",
+            *(["--proxy-headers"] if proxy_headers else []),
             "-b",
             "127.0.0.1",
             "-p",
