@@ -50,7 +50,7 @@ def notify_member(message: OutboxMessage) -> None:
     )
 
 
-@group_handler("notification")
+@group_handler("notification", single=notify_member)
 def notify_members(messages: list[OutboxMessage]) -> None:
     """``notify_member`` for several messages: one read of the titles, one INSERT."""
     book_ids = {body_int(m.body, "book_id") for m in messages}
@@ -88,7 +88,7 @@ def refresh_branch_stock(message: OutboxMessage) -> None:
     summary.save()
 
 
-@group_handler("stock_summary")
+@group_handler("stock_summary", single=refresh_branch_stock)
 def refresh_branch_stocks(messages: list[OutboxMessage]) -> None:
     """``refresh_branch_stock`` once per branch of the messages, with its newest.
 
@@ -163,7 +163,7 @@ def ledger_append(message: OutboxMessage) -> None:
     )
 
 
-@group_handler("book_ledger")
+@group_handler("book_ledger", single=ledger_append)
 def ledger_append_run(messages: list[OutboxMessage]) -> None:
     """``ledger_append`` for a partition's run, in offset order: one read of each
     book's newest version, one INSERT."""

@@ -37,6 +37,10 @@ class LoanBody(TypedDict):
     branch_id: int
     on_shelf: int
     book_version: int
+    # The branch's stock version and shelf total right after this change: what a
+    # live page at the previous version must show next (realtime.broadcast).
+    branch_version: int
+    branch_total: int
 
 
 class StockBody(TypedDict):
@@ -44,6 +48,8 @@ class StockBody(TypedDict):
     branch_id: int
     on_shelf: int
     book_version: int
+    branch_version: int
+    branch_total: int
 
 
 @dataclass(frozen=True)
@@ -163,10 +169,11 @@ STREAM_CONSUMERS: dict[str, StreamSpec] = {
 Handler = Callable[[Any], None]
 Flush = Callable[[], None]
 # Optional: applies several messages of one subscription at once, in offset order,
-# with the same result as its handler applied to each in turn (group commit).
+# with the same result as its handler applied to each in turn (group commit). Kept
+# with the one-message handler it stands for: used only while that one is bound.
 GroupHandler = Callable[[list[Any]], None]
 HANDLERS: dict[str, Handler] = {}
-GROUP_HANDLERS: dict[str, GroupHandler] = {}
+GROUP_HANDLERS: dict[str, tuple[Handler, GroupHandler]] = {}
 AFTER_BATCH: dict[str, Flush] = {}
 OUTSIDE: dict[str, Handler] = {}
 STREAM_HANDLERS: dict[str, Handler] = {}
@@ -208,13 +215,28 @@ def subscription_handler(subscription: str) -> Callable[[_F], _F]:
     return _binder(HANDLERS, subscription)
 
 
-def group_handler(subscription: str) -> Callable[[_F], _F]:
+def group_handler(subscription: str, *, single: Handler) -> Callable[[_F], _F]:
     """Bind the decorated ``apply(messages)`` as ``subscription``'s group effect.
 
-    Used when a group commit holds several of the subscription's deliveries; it must
-    leave what the subscription's handler would, applied to each message in order.
+    Used when a group commit holds several of the subscription's deliveries, and
+    only while ``single`` is the subscription's handler (one swapped in, by a test
+    or a lab, then runs message by message); it must leave what ``single`` would,
+    applied to each message in order.
     """
-    return _binder(GROUP_HANDLERS, subscription)
+
+    def bind(function: _F) -> _F:
+        GROUP_HANDLERS[subscription] = (single, function)
+        return function
+
+    return bind
+
+
+def group_handler_for(subscription: str) -> GroupHandler | None:
+    """Return the group effect of ``subscription`` if it stands for its handler."""
+    pair = GROUP_HANDLERS.get(subscription)
+    if pair is None or HANDLERS.get(subscription) is not pair[0]:
+        return None
+    return pair[1]
 
 
 def after_batch_handler(subscription: str) -> Callable[[_F], _F]:

@@ -65,31 +65,48 @@ def broadcast_branch_stock(message: OutboxMessage) -> None:
     _queue([_event(message, {})])
 
 
-@group_handler("broadcast")
+@group_handler("broadcast", single=broadcast_branch_stock)
 def broadcast_branch_stocks(messages: list[OutboxMessage]) -> None:
-    """``broadcast_branch_stock`` for several messages: each branch's state read once.
-
-    The handler reads the branch's current state, not the state as of its message,
-    so messages of one branch handled in one transaction all see the same state.
-    """
+    """``broadcast_branch_stock`` for several messages (older bodies' fallback read
+    of a branch's state is made once per branch)."""
     states: dict[int, dict[str, Any]] = {}
     _queue([_event(message, states) for message in messages])
 
 
 def _event(message: OutboxMessage, states: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    branch_id = body_int(message.body, "branch_id")
-    book_id = body_int(message.body, "book_id")
+    """The update of the message's own version: the change and the total after it.
+
+    The message carries the branch's version and total as its change committed
+    them (``library.services.loans``), so however late it is delivered, the update
+    says exactly what version V changed. A page applies only the next version: an
+    update labelled with a later version than its own change would hide the change
+    of that later version. A message written before bodies carried them falls back
+    to the branch's state read now (``states`` keeps one read per branch).
+    """
+    body = message.body
+    branch_id = body_int(body, "branch_id")
+    book_id = body_int(body, "book_id")
+    event: dict[str, Any] = {
+        "type": "stock.update",
+        "branch": branch_id,
+        "book": book_id,
+        "offset": message.pk,
+    }
+    if "branch_version" in body and "branch_total" in body:
+        return {
+            **event,
+            "version": body_int(body, "branch_version"),
+            "total": body_int(body, "branch_total"),
+            "on_shelf": body_int(body, "on_shelf"),
+        }
     if branch_id not in states:
         states[branch_id] = branch_stock_state(branch_id)
     state = states[branch_id]
     return {
-        "type": "stock.update",
-        "branch": branch_id,
+        **event,
         "version": state["version"],
         "total": state["total"],
-        "book": book_id,
         "on_shelf": state["books"].get(str(book_id), 0),
-        "offset": message.pk,
     }
 
 

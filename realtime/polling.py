@@ -43,6 +43,7 @@ from django.utils import timezone
 from jobs.models import JobStatus
 from jobs.selectors import jobstatus_payload
 from messaging.models import OutboxMessage
+from realtime.batching import LoopCounters
 
 log = logging.getLogger("realtime")
 
@@ -272,58 +273,25 @@ def _async_redis() -> Any:
     return client
 
 
-@dataclass
-class _CounterBatch:
-    """Amounts waiting for the next write, and the callers waiting for it."""
-
-    amounts: dict[str, int] = field(default_factory=dict)
-    done: asyncio.Future[None] | None = None
-    writer: asyncio.Task[None] | None = None  # held: the loop keeps weak references
+def _incrby(pipe: Any, name: str, amount: int) -> None:
+    pipe.incrby(COUNTER_PREFIX + name, amount)
 
 
-_batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _CounterBatch] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-async def _flush(loop: asyncio.AbstractEventLoop, batch: _CounterBatch) -> None:
-    # One pipeline on one connection for every amount added before this runs:
-    # 1,000 streams opening at once are one write, not 1,000 connections.
-    if _batches.get(loop) is batch:
-        del _batches[loop]
-    done = batch.done
-    try:
-        pipe = _async_redis().pipeline(transaction=False)
-        for name, amount in batch.amounts.items():
-            pipe.incrby(COUNTER_PREFIX + name, amount)
-        await pipe.execute()
-    except (redis.RedisError, OSError):
-        log.warning("realtime counters not written", exc_info=True)
-    finally:
-        if done is not None and not done.done():
-            done.set_result(None)
+# 1,000 streams opening at once are one pipelined write, not 1,000 connections.
+_counters = LoopCounters("realtime counters", _async_redis, _incrby)
 
 
 async def counter_add(**amounts: int) -> None:
     """Add to the shared counters; a Redis failure is logged, never raised.
 
-    Calls on one event loop join one batch, written by one pipeline on the loop's
-    one client; each caller returns once the write holding its amounts is done,
-    so a client that reads the counters after an answer finds it counted.
+    Calls on one event loop join one batch (``realtime.batching``); each caller
+    returns once the write holding its amounts is done, so a client that reads the
+    counters after an answer finds it counted.
     """
     unknown = set(amounts) - set(COUNTERS)
     if unknown:
         raise ValueError(f"unknown realtime counters: {sorted(unknown)}")
-    loop = asyncio.get_running_loop()
-    batch = _batches.get(loop)
-    if batch is None:
-        batch = _batches[loop] = _CounterBatch(done=loop.create_future())
-        batch.writer = loop.create_task(_flush(loop, batch))
-    for name, amount in amounts.items():
-        batch.amounts[name] = batch.amounts.get(name, 0) + amount
-    assert batch.done is not None
-    # shield: a cancelled caller (the client left) does not cancel the write.
-    await asyncio.shield(batch.done)
+    await _counters.add(amounts)
 
 
 def counters_read(client: redis.Redis | None = None) -> dict[str, int]:

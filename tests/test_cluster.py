@@ -31,15 +31,11 @@ POST sent after the kill that HAProxy routes to the dead daphne fails to *connec
 idempotency key, so a 502 would be ambiguous; ``issue_loan`` settles it by the
 database (the loan count) and never issues a loan twice.
 
-Known product bug, found by this test (kill or no kill, in about one run in three):
-``realtime.broadcast`` labels an update with the branch's stock version read when
-the worker delivers it, yet the update carries only its own book's count. A message
-delivered after a later change is committed says "version V" without V's change; a
-page at V-1 applies it and then ignores the real change's update (also "V"). The
-page ends on the final version and total with a wrong per-book count. The cluster
-test reports that case as XFAIL with the pages' states (after every other check has
-passed); ``test_an_update_labelled_with_a_later_version_carries_that_change``
-reproduces it deterministically, as a strict xfail.
+A product bug this test found, now fixed: ``realtime.broadcast`` labelled an
+update with the branch's stock version read when the worker delivered it, yet the
+update carried only its own book's count, so a page could skip a later change for
+good. Each message now carries the version and total its own change committed;
+``test_an_update_labelled_with_its_own_version_carries_that_change`` pins it.
 """
 
 from __future__ import annotations
@@ -521,19 +517,12 @@ def test_a_sigkilled_daphne_loses_and_doubles_no_live_update(library, tmp_path):
         survivors = [d for name, d in daphnes.items() if name != victim]
         assert all(d.poll() is None for d in survivors)
 
-        # Last, each page's per-book counts. A page on the final version ignores
-        # every update from now on, so a wrong count here stays wrong. It happens,
-        # kill or no kill, when the product bug pinned by
-        # test_an_update_labelled_with_a_later_version_carries_that_change shows:
-        # then the run is reported as that known failure (XFAIL, with the pages'
-        # states). Once the bug is fixed that test's strict xfail fails as XPASS,
-        # and this branch goes with its marker.
+        # Last, each page's per-book counts: a page on the final version ignores
+        # every update from now on, so a wrong count here would stay wrong. Each
+        # update carries its own version's change (the bug this test found:
+        # test_an_update_labelled_with_its_own_version_carries_that_change).
         wrong = {p.name: p.state() for p in ws if p.state()["books"] != truth["books"]}
-        if wrong:
-            pytest.xfail(
-                "realtime.broadcast labels an update with the branch's version at "
-                f"delivery, not its own: pages {wrong}, truth {truth}"
-            )
+        assert wrong == {}, f"pages {wrong}, truth {truth}"
     finally:
         if clients is not None:
             clients.close()
@@ -541,20 +530,16 @@ def test_a_sigkilled_daphne_loses_and_doubles_no_live_update(library, tmp_path):
             finish(process)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: realtime.broadcast labels an update with the branch's stock "
-    "version read at delivery, yet carries only its own book's count",
-)
-def test_an_update_labelled_with_a_later_version_carries_that_change(library):
-    """The bug the cluster test runs into, without a cluster: deterministic.
+def test_an_update_labelled_with_its_own_version_carries_that_change(library):
+    """The bug the cluster test ran into, without a cluster: deterministic.
 
     A page takes a snapshot at version 1. Loan 2 (another book) commits before the
     worker delivers loan 1's message. ``broadcast_branch_stock`` reads the branch's
-    state then: loan 1's update says version 2 with book 1's count, and loan 2's
-    update says version 2 too. The page applies the first (the next version) and
-    ignores the second (already at 2): book 2's loan is never shown, and the page's
-    counts no longer add up to its total.
+    state then, so loan 1's update said version 2 with book 1's count, and loan
+    2's said version 2 too: the page applied the first and ignored the second, and
+    book 2's loan was never shown. Now each message carries the version and total
+    its own change committed: the updates are versions 1 (the page has it) and 2
+    (book 2's loan), and the page ends on the true state.
     """
     loan_issue(book_id=1, member_id=1)
     state = branch_stock_state(BRANCH)  # the page connects: a snapshot at version 1
@@ -578,7 +563,7 @@ def test_an_update_labelled_with_a_later_version_carries_that_change(library):
         for message in OutboxMessage.objects.order_by("id"):
             broadcast.broadcast_branch_stock(message)
         broadcast.broadcast_flush()
-    assert [event["version"] for _, event in sent] == [2, 2]
+    assert [event["version"] for _, event in sent] == [1, 2]
     for _, event in sent:
         page.take({**event, "type": "update"})
     truth = branch_stock_state(BRANCH)

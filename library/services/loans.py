@@ -13,9 +13,10 @@
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from library.errors import LibraryError, not_found
@@ -28,26 +29,48 @@ def _today() -> datetime.date:
     return timezone.localdate()
 
 
-def _shelf_changed(book_id: int) -> Book:
-    """Bump the branch's stock version; return the book as it is now.
+@dataclass(frozen=True)
+class _Shelf:
+    """A changed book and its branch's shelf right after the change."""
 
-    Call inside ``atomic()`` right after the book's row was updated.
+    book: Book
+    branch_version: int
+    branch_total: int
+
+
+def _shelf_changed(book_id: int) -> _Shelf:
+    """Bump the branch's stock version; return the book and the branch's new shelf.
+
+    Call inside ``atomic()`` right after the book's row was updated. The version
+    and total read here are exactly the branch's state at that version: the bump
+    locks the branch row, every change of the branch's books takes that lock before
+    it commits, so the sum sees every earlier version's change and no later one.
+    A message carries them, so a live page is told the state of *its* version,
+    whenever the broadcast is delivered.
     """
     book = Book.objects.only("branch_id", "on_shelf", "version").get(pk=book_id)
     Branch.objects.filter(pk=book.branch_id).update(
         stock_version=F("stock_version") + 1
     )
-    return book
+    version, total = (
+        Branch.objects.filter(pk=book.branch_id)
+        .annotate(total=Sum("books__on_shelf"))
+        .values_list("stock_version", "total")
+        .get()
+    )
+    return _Shelf(book, int(version), int(total or 0))
 
 
-def _loan_body(loan: Loan, book: Book) -> LoanBody:
+def _loan_body(loan: Loan, shelf: _Shelf) -> LoanBody:
     return {
         "loan_id": loan.pk,
-        "book_id": book.pk,
+        "book_id": shelf.book.pk,
         "member_id": loan.member_id,
-        "branch_id": book.branch_id,
-        "on_shelf": book.on_shelf,
-        "book_version": book.version,
+        "branch_id": shelf.book.branch_id,
+        "on_shelf": shelf.book.on_shelf,
+        "book_version": shelf.book.version,
+        "branch_version": shelf.branch_version,
+        "branch_total": shelf.branch_total,
     }
 
 
@@ -67,12 +90,14 @@ def loan_issue(
             if not Book.objects.filter(pk=book_id).exists():
                 raise not_found("Book", book_id)
             raise LibraryError(f"No copy of book #{book_id} is on the shelf.")
-        book = _shelf_changed(book_id)
+        shelf = _shelf_changed(book_id)
         loan = Loan.objects.create(
             book_id=book_id, member_id=member_id, pickup_date=pickup_date or _today()
         )
         outbox_publish(
-            type=MessageType.LOAN_ISSUED, key=book_id, body=dict(_loan_body(loan, book))
+            type=MessageType.LOAN_ISSUED,
+            key=book_id,
+            body=dict(_loan_body(loan, shelf)),
         )
         return loan
 
@@ -114,12 +139,12 @@ def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Lo
             version=F("version") + 1,
             updated_at=timezone.now(),
         )
-        book = _shelf_changed(loan.book_id)
+        shelf = _shelf_changed(loan.book_id)
         loan.book.refresh_from_db()
         outbox_publish(
             type=MessageType.RETURN_RECEIVED,
             key=loan.book_id,
-            body=dict(_loan_body(loan, book)),
+            body=dict(_loan_body(loan, shelf)),
         )
         return loan
 
@@ -136,12 +161,14 @@ def stock_correct(*, book_id: int, on_shelf: int) -> Book:
         )
         if changed != 1:
             raise not_found("Book", book_id)
-        book = _shelf_changed(book_id)
+        shelf = _shelf_changed(book_id)
         body: StockBody = {
-            "book_id": book.pk,
-            "branch_id": book.branch_id,
-            "on_shelf": book.on_shelf,
-            "book_version": book.version,
+            "book_id": shelf.book.pk,
+            "branch_id": shelf.book.branch_id,
+            "on_shelf": shelf.book.on_shelf,
+            "book_version": shelf.book.version,
+            "branch_version": shelf.branch_version,
+            "branch_total": shelf.branch_total,
         }
         outbox_publish(type=MessageType.STOCK_CORRECTED, key=book_id, body=dict(body))
         return Book.objects.get(pk=book_id)

@@ -20,11 +20,11 @@ from django.utils import timezone
 from messaging.models import DeadLetter, Delivery, ProcessedMessage
 from messaging.registry import (
     AFTER_BATCH,
-    GROUP_HANDLERS,
     HANDLERS,
     OUTSIDE,
     SUBSCRIPTIONS,
     Subscription,
+    group_handler_for,
 )
 
 log = logging.getLogger("messaging")
@@ -139,7 +139,7 @@ def _group_effects(fresh: list[Delivery]) -> None:
     for delivery in sorted(fresh, key=lambda d: d.message_id):
         by_subscription.setdefault(delivery.subscription, []).append(delivery)
     for name, deliveries in by_subscription.items():
-        together = GROUP_HANDLERS.get(name)
+        together = group_handler_for(name)
         if together is not None and len(deliveries) > 1:
             together([d.message for d in deliveries])
             continue

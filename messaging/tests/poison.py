@@ -24,12 +24,6 @@ def _poisoned(message: OutboxMessage) -> None:
     _original(message)
 
 
-def _poisoned_group(messages: list[OutboxMessage]) -> None:
-    for message in messages:
-        _poisoned(message)
-
-
 def install() -> None:
     registry.HANDLERS["notification"] = _poisoned
-    # A group commit applies several notifications at once: poisoned the same way.
-    registry.GROUP_HANDLERS["notification"] = _poisoned_group
+    # Its group handler stands for the original only: the poisoned one runs alone.

@@ -73,9 +73,7 @@ def test_fresh_deliveries_of_a_claim_commit_as_one_group(library_rows):
 
 
 def _raise(message):
-    # A group handler gets a list of messages: it fails the same way.
-    first = message[0] if isinstance(message, list) else message
-    raise LookupError(f"no member for message {first.pk}")
+    raise LookupError(f"no member for message {message.pk}")
 
 
 def test_a_group_that_raises_runs_one_by_one_and_only_the_bad_one_fails(
@@ -88,7 +86,6 @@ def test_a_group_that_raises_runs_one_by_one_and_only_the_bad_one_fails(
         dataclasses.replace(sub, backoff=LONG_BACKOFF),
     )
     monkeypatch.setitem(registry.HANDLERS, "notification", _raise)
-    monkeypatch.setitem(registry.GROUP_HANDLERS, "notification", _raise)
     claimed = _claim_fresh()
     outcomes = {
         o.delivery_id: o.result for o in deliveries_process(claimed, owner="w1")

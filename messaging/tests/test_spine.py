@@ -46,6 +46,8 @@ def test_issue_writes_outbox_row_in_same_transaction(library_rows):
         "branch_id": 2,
         "on_shelf": 2,
         "book_version": 2,
+        "branch_version": 1,
+        "branch_total": 8,
     }
 
 

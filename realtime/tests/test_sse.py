@@ -181,6 +181,8 @@ def test_branch_stream_resumes_from_the_outbox_log(client, library):
         "branch_id": 1,
         "on_shelf": 2,
         "book_version": 2,
+        "branch_version": 1,
+        "branch_total": 2,
     }
     assert other.branch_id == 2
     # Three more while nobody listens; resuming from the last id gets exactly them.
