@@ -187,12 +187,22 @@ class Children:
     environment: dict[str, str]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _logs: dict[str, IO[bytes]] = field(default_factory=dict)
+    # Where each child's part of its (appended) log begins.
+    _log_starts: dict[str, int] = field(default_factory=dict)
+
+    def log_text(self, name: str) -> str:
+        """Return what the child named ``name`` wrote to its log in this run."""
+        path = LOG_DIR / f"{name}.log"
+        with open(path, "rb") as log:
+            log.seek(self._log_starts.get(name, 0))
+            return log.read().decode(errors="replace")
 
     def start(self, name: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
         if name in self.processes:
             raise BenchError(f"a child named {name} is already running")
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         log = open(LOG_DIR / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self._log_starts[name] = log.tell()
         process = subprocess.Popen(
             list(argv),
             cwd=ROOT,
