@@ -9,6 +9,7 @@ from django.core.handlers.asgi import ASGIHandler
 
 from config.static import StaticFilesMiddleware
 from library.cache.pages import PageCacheMiddleware
+from tests.asgi import http_scope
 
 
 def test_the_asgi_chain_is_async_from_end_to_end() -> None:
@@ -30,17 +31,7 @@ def test_the_wsgi_style_chain_still_runs_sync() -> None:
 def test_a_static_file_is_served_by_the_async_chain() -> None:
     from config.asgi import application
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/static/css/live.css",
-        "raw_path": b"/static/css/live.css",
-        "query_string": b"",
-        "headers": [(b"host", b"testserver")],
-    }
+    scope = http_scope("/static/css/live.css", host="testserver")
 
     async def fetch() -> tuple[int, bytes]:
         communicator = ApplicationCommunicator(application, scope)

@@ -17,6 +17,7 @@ from config.asgi import application
 from jobs.services import jobstatus_create
 from library.models import Branch
 from realtime.front import StreamFront
+from tests.asgi import http_scope
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,20 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _request(
     path: str, *, host: str = "127.0.0.1", method: str = "GET", app=application
 ):
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "headers": [(b"host", host.encode())],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 80),
-    }
-    return ApplicationCommunicator(app, scope)
+    return ApplicationCommunicator(app, http_scope(path, method=method, host=host))
 
 
 async def _answer(app: ApplicationCommunicator) -> tuple[int, dict[bytes, bytes]]:

@@ -26,6 +26,7 @@ from library.services import stock_correct
 from messaging.models import LogRetention, OutboxMessage
 from realtime.polling import LOG_GRACE
 from realtime.sse import STREAMS
+from tests.asgi import http_scope
 from tests.processes import child_env, free_port, start_daphne, stop
 
 # PostgreSQL reads the log behind a commit grace, SQLite does not: streams on each.
@@ -307,19 +308,7 @@ async def _receive_body(app: ApplicationCommunicator, timeout: float) -> str:
 async def test_heartbeat_comes_at_a_random_interval_and_disconnect_stops_it(job):
     from config.asgi import application
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": f"/realtime/jobs/{job.pk}/events",
-        "raw_path": f"/realtime/jobs/{job.pk}/events".encode(),
-        "query_string": b"lastEventId=1",
-        "headers": [(b"host", b"127.0.0.1")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 80),
-    }
+    scope = http_scope(f"/realtime/jobs/{job.pk}/events", "lastEventId=1")
     app = ApplicationCommunicator(application, scope)
     await app.send_input({"type": "http.request", "body": b"", "more_body": False})
     assert await _receive_body(app, 5) == "retry: 2000\n\n"

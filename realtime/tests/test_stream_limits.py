@@ -20,6 +20,7 @@ from jobs.models import JobStatus
 from jobs.services import jobstatus_create
 from library.models import Branch
 from realtime.limits import descriptor_report, streams_open
+from tests.asgi import http_scope
 from tests.processes import await_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,20 +33,7 @@ def job(redis_client) -> JobStatus:
 
 
 def _get(path: str, query: str = "") -> ApplicationCommunicator:
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query.encode(),
-        "headers": [(b"host", b"127.0.0.1")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 80),
-    }
-    return ApplicationCommunicator(application, scope)
+    return ApplicationCommunicator(application, http_scope(path, query))
 
 
 async def _start(app: ApplicationCommunicator) -> dict[str, object]:
