@@ -97,11 +97,13 @@ def main(argv: list[str]) -> int:
                     "machine": machine,
                     "results": {name: result},
                 }
-                if not options.no_write:
+                markdown = modules[name].markdown_report(document)
+                if options.no_write:
+                    print(markdown)  # the report the file would hold
+                else:
                     stem = MODULE_OF.get(name, name)
                     stem += "-postgres" if database.vendor != "sqlite" else ""
                     stem += "-quick" if options.quick else ""
-                    markdown = modules[name].markdown_report(document)
                     for path in write_results(stem, document, markdown):
                         print(f"wrote {path}")
         except BenchError as error:

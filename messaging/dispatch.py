@@ -22,6 +22,11 @@ DRAIN_JOB = "messaging.tasks.drain"
 QUEUED_KEY = "messaging:drain-queued"
 
 
+# Told after every commit that appended to the outbox: a process following the log
+# (realtime's change hub) looks at once instead of at its next poll.
+LOG_CHANNEL = "messaging:log-moved"
+
+
 def queued_key(lane: str) -> str:
     """Return the Redis key marking a queued drain of ``lane``."""
     return QUEUED_KEY if lane == "main" else f"{QUEUED_KEY}:{lane}"
@@ -38,3 +43,18 @@ def nudge_drain(lane: str = "main") -> None:
             django_rq.get_queue(QUEUE).enqueue(DRAIN_JOB, lane=lane)
     except RedisError as error:
         log.warning("could not nudge the messaging drain (the sweep will): %s", error)
+
+
+def published() -> None:
+    """After a commit that appended to the outbox: nudge the relay, tell listeners.
+
+    The announcement is a hint: a listener that misses it (Redis down, not yet
+    subscribed) still finds the message at its next poll.
+    """
+    nudge_drain()
+    try:
+        django_rq.get_connection(QUEUE).publish(LOG_CHANNEL, b"1")
+    except RedisError as error:
+        log.warning(
+            "could not announce the outbox commit (polls will see it): %s", error
+        )

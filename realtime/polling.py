@@ -24,6 +24,7 @@ so a lab can read what a server did. A Redis failure never fails a request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import uuid
@@ -42,6 +43,7 @@ from django.utils import timezone
 
 from jobs.models import JobStatus
 from jobs.selectors import jobstatus_payload
+from messaging.dispatch import LOG_CHANNEL
 from messaging.models import OutboxMessage
 from realtime.batching import LoopCounters
 
@@ -145,9 +147,13 @@ def log_newest() -> int:
 
 def _poll_once(
     job_ids: list[uuid.UUID], want_head: bool
-) -> tuple[dict[uuid.UUID, int], int | None]:
+) -> tuple[dict[uuid.UUID, int], int | None, bool]:
+    """Job versions, the readable head, and whether newer messages wait behind it."""
     versions = _job_versions(job_ids) if job_ids else {}
-    return versions, (log_head() if want_head else None)
+    if not want_head:
+        return versions, None, False
+    head = log_head()
+    return versions, head, log_newest() > head
 
 
 # --- the hub -------------------------------------------------------------------
@@ -173,6 +179,8 @@ class ChangeHub:
     log: list[_Waiter] = field(default_factory=list)
     stats: HubStats = field(default_factory=HubStats)
     _task: asyncio.Task[None] | None = None
+    _listener: asyncio.Task[None] | None = None
+    _woken: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def waiting(self) -> int:
@@ -213,16 +221,62 @@ class ChangeHub:
                 self.log.remove(waiter)
 
     def _start(self) -> None:
+        if self.log:
+            self._start_listener()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
+    def _start_listener(self) -> None:
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.get_running_loop().create_task(self._listen())
+
+    async def _listen(self) -> None:
+        """Wake the poll when a commit announces new outbox messages (a hint only).
+
+        One subscription per process, while log waiters exist. Its connection has
+        no read timeout: an idle subscription is the normal case, and
+        ``get_message``'s own timeout lets the loop see when nobody waits any more.
+        """
+        while self.log:
+            client = redis.asyncio.Redis.from_url(
+                settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=None
+            )
+            pubsub = client.pubsub()
+            try:
+                await pubsub.subscribe(LOG_CHANNEL)
+                while self.log:
+                    told = await pubsub.get_message(
+                        ignore_subscribe_messages=True, timeout=1.0
+                    )
+                    if told is not None:
+                        self._woken.set()
+            except (redis.RedisError, OSError) as error:
+                log.warning("outbox announcements unheard (polling only): %s", error)
+                await asyncio.sleep(1.0)
+            finally:
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await client.aclose()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep until the next poll is due, or until a commit is announced."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._woken.wait(), seconds)
+        self._woken.clear()
+
     async def _run(self) -> None:
-        """Poll while anyone waits, then end (the next waiter starts it again)."""
+        """Poll while anyone waits, then end (the next waiter starts it again).
+
+        A poll comes every interval, or at once when a commit is announced. When
+        newer messages wait behind the readable head (a gap on PostgreSQL), the next
+        look comes within the commit grace, whatever the interval.
+        """
         interval = poll_interval_s()
         while self.jobs or self.log:
             job_ids = list(self.jobs)
             try:
-                versions, head = await db_call(_poll_once, job_ids, bool(self.log))
+                versions, head, behind = await db_call(
+                    _poll_once, job_ids, bool(self.log)
+                )
             except Exception:  # a failed look only delays the waiters
                 self.stats.failures += 1
                 log.warning("realtime change poll failed", exc_info=True)
@@ -238,7 +292,8 @@ class ChangeHub:
                 for waiter in self.log:
                     if head > waiter.seen and not waiter.future.done():
                         waiter.future.set_result(head)
-            await asyncio.sleep(interval)
+            grace = LOG_GRACE.total_seconds()
+            await self._pause(min(interval, grace) if behind else interval)
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ChangeHub] = (

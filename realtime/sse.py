@@ -229,18 +229,23 @@ SHARED_WINDOW: Final = 1000
 WINDOWS_KEPT: Final = 8
 
 
-def _window_messages(after: int, upto: int) -> dict[int, list[dict[str, Any]]]:
-    """Every branch's messages in (after, upto], grouped by branch (sync)."""
+def _window_messages(after: int, upto: int) -> dict[int, list[str]]:
+    """Every branch's messages in (after, upto] as event blocks, by branch (sync).
+
+    Formatted here, once, off the event loop: every stream of the branch sends the
+    same block, and thousands of streams need not each dump the same JSON.
+    """
     rows: Any = (
         OutboxMessage.objects.filter(id__gt=after, id__lte=upto, type__in=BRANCH_TYPES)
         .order_by("id")
         .values("id", "type", "body")
     )
-    found: dict[int, list[dict[str, Any]]] = {}
+    found: dict[int, list[str]] = {}
     for row in rows:
         branch = row["body"].get("branch_id") if isinstance(row["body"], dict) else None
         if isinstance(branch, int):
-            found.setdefault(branch, []).append(row)
+            block = sse_event(id=row["id"], event=row["type"], data=row["body"])
+            found.setdefault(branch, []).append(block)
     return found
 
 
@@ -254,12 +259,12 @@ class LogWindows:
     branch's part. So one event costs a process one query, not one per stream.
     """
 
-    reads: dict[tuple[int, int], asyncio.Future[dict[int, list[dict[str, Any]]]]] = (
-        field(default_factory=dict)
+    reads: dict[tuple[int, int], asyncio.Future[dict[int, list[str]]]] = field(
+        default_factory=dict
     )
     queries: int = 0
 
-    async def branch_part(self, branch_id: int, after: int, upto: int) -> list[Any]:
+    async def branch_part(self, branch_id: int, after: int, upto: int) -> list[str]:
         key = (after, upto)
         read = self.reads.get(key)
         if read is None:
@@ -296,8 +301,8 @@ async def _moved(branch_id: int, after: int, head: int) -> AsyncIterator[str]:
         async for block in _replay(branch_id, after, head):
             yield block
         return
-    for row in await log_windows().branch_part(branch_id, after, head):
-        yield sse_event(id=row["id"], event=row["type"], data=row["body"])
+    for block in await log_windows().branch_part(branch_id, after, head):
+        yield block
 
 
 async def _branch_events(

@@ -27,7 +27,7 @@ def outbox_publish(*, type: str, key: str | int, body: dict[str, Any]) -> Outbox
     if not connection.in_atomic_block:
         raise RuntimeError("outbox_publish must run inside the change's transaction")
     message = OutboxMessage.objects.create(type=str(type), key=str(key), body=body)
-    transaction.on_commit(dispatch.nudge_drain)
+    transaction.on_commit(dispatch.published)
     return message
 
 

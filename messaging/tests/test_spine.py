@@ -82,7 +82,8 @@ def test_nudge_is_sent_only_after_commit(
 ):
     with django_capture_on_commit_callbacks() as callbacks:
         loan_issue(book_id=1, member_id=1)
-    assert [c.__name__ for c in callbacks] == ["nudge_drain"]
+    # After commit: nudge the relay and announce the new message to log followers.
+    assert [c.__name__ for c in callbacks] == ["published"]
 
 
 def test_relay_writes_one_delivery_per_accepting_subscription(library_rows):

@@ -23,11 +23,12 @@ from jobs.models import JobStatus
 from jobs.services import jobstatus_create, jobstatus_finish, jobstatus_progress
 from library.models import Book, Branch
 from library.services import stock_correct
+from messaging.dispatch import LOG_CHANNEL
 from messaging.models import LogRetention, OutboxMessage
 from realtime.polling import LOG_GRACE
 from realtime.sse import STREAMS
 from tests.asgi import http_scope
-from tests.processes import child_env, free_port, start_daphne, stop
+from tests.processes import child_env, free_port, start_daphne, stop, wait_until
 
 # PostgreSQL reads the log behind a commit grace, SQLite does not: streams on each.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.each_database]
@@ -349,3 +350,35 @@ def test_an_id_not_readable_yet_is_resumed_not_reset(client, library):
     with client.stream("GET", "/realtime/branches/1/events", headers=headers) as resp:
         event = Reader(resp).event()
     assert (int(event["id"]), event["event"]) == (second, "stock_corrected")
+
+
+@pytest.mark.processes
+def test_a_commit_wakes_the_streams_without_waiting_for_the_poll(library, redis_client):
+    """A commit announces itself (``messaging.dispatch.published``): with a poll
+    interval of a minute, the event still arrives at once."""
+    port = free_port()
+    # A minute between polls and no heartbeat: the client's 20 s read timeout
+    # fails the test unless the announcement wakes the stream.
+    env = {
+        **child_env(),
+        "REALTIME_POLL_INTERVAL_MS": "60000",
+        "REALTIME_SSE_HEARTBEAT_S": "120",
+    }
+    process = start_daphne(port, env=env)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20) as http:
+            url = "/realtime/branches/1/events"
+            with http.stream("GET", url) as response:
+                reader = Reader(response)
+                assert reader.event()["event"] == "state"
+                # The hub subscribes once a stream waits: commit only after that.
+                wait_until(
+                    lambda: redis_client.pubsub_numsub(LOG_CHANNEL)[0][1] >= 1,
+                    "the hub's subscription to the outbox announcements",
+                )
+                stock_correct(book_id=1, on_shelf=1)
+                # Well inside the minute the next poll would take.
+                event = reader.event()
+        assert event["event"] == "stock_corrected"
+    finally:
+        stop(process)
