@@ -7,6 +7,15 @@ use Redis database 15 so a running `make run` on database 0 is left alone.
 import os
 
 os.environ.setdefault("DEBUG", "true")
+# Under pytest-xdist each worker gets a Redis database of its own (its tests flush
+# it); the database itself gets a per-worker name from pytest-django. 1-4 are the
+# labs' sandboxes, 12-14 the cluster and benchmarks.
+_XDIST_REDIS_DBS = {"gw0": "15", "gw1": "7", "gw2": "6", "gw3": "5"}
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker is not None:
+    if _worker not in _XDIST_REDIS_DBS:
+        raise RuntimeError(f"at most {len(_XDIST_REDIS_DBS)} xdist workers")
+    os.environ["LIBRARY_REDIS_DB"] = _XDIST_REDIS_DBS[_worker]
 os.environ.setdefault("LIBRARY_REDIS_DB", "15")
 # Channel groups of this run only (child daphnes inherit it): two test runs on one
 # machine must not see each other's broadcasts.

@@ -222,24 +222,29 @@ async def _replay(branch_id: int, after: int, upto: int) -> AsyncIterator[str]:
         after = rows[-1]["id"]
 
 
-# A window wider than this is a catch-up (a stream resumed far behind), read by
-# that stream alone, batch by batch; streams in step share one read per window.
+# A window holding more messages than this is a catch-up (a stream resumed far
+# behind), read by each stream alone, batch by batch; streams in step share one
+# read per window. Counted in messages, not offsets: ids on PostgreSQL have gaps.
 SHARED_WINDOW: Final = 1000
 # Windows kept per process: streams woken by one head move ask within moments.
 WINDOWS_KEPT: Final = 8
 
 
-def _window_messages(after: int, upto: int) -> dict[int, list[str]]:
+def _window_messages(after: int, upto: int) -> dict[int, list[str]] | None:
     """Every branch's messages in (after, upto] as event blocks, by branch (sync).
 
     Formatted here, once, off the event loop: every stream of the branch sends the
-    same block, and thousands of streams need not each dump the same JSON.
+    same block, and thousands of streams need not each dump the same JSON. None
+    when the window holds more than ``SHARED_WINDOW`` messages: a catch-up, which
+    each stream reads for its own branch, batch by batch.
     """
-    rows: Any = (
+    rows: Any = list(
         OutboxMessage.objects.filter(id__gt=after, id__lte=upto, type__in=BRANCH_TYPES)
         .order_by("id")
-        .values("id", "type", "body")
+        .values("id", "type", "body")[: SHARED_WINDOW + 1]
     )
+    if len(rows) > SHARED_WINDOW:
+        return None
     found: dict[int, list[str]] = {}
     for row in rows:
         branch = row["body"].get("branch_id") if isinstance(row["body"], dict) else None
@@ -259,12 +264,15 @@ class LogWindows:
     branch's part. So one event costs a process one query, not one per stream.
     """
 
-    reads: dict[tuple[int, int], asyncio.Future[dict[int, list[str]]]] = field(
+    reads: dict[tuple[int, int], asyncio.Future[dict[int, list[str]] | None]] = field(
         default_factory=dict
     )
     queries: int = 0
 
-    async def branch_part(self, branch_id: int, after: int, upto: int) -> list[str]:
+    async def branch_part(
+        self, branch_id: int, after: int, upto: int
+    ) -> list[str] | None:
+        """The branch's blocks of the window, or None: a catch-up, read alone."""
         key = (after, upto)
         read = self.reads.get(key)
         if read is None:
@@ -278,7 +286,7 @@ class LogWindows:
         except Exception:
             self.reads.pop(key, None)  # a failed read is not kept for the others
             raise
-        return rows.get(branch_id, [])
+        return None if rows is None else rows.get(branch_id, [])
 
 
 _windows: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LogWindows] = (
@@ -297,11 +305,12 @@ def log_windows() -> LogWindows:
 
 async def _moved(branch_id: int, after: int, head: int) -> AsyncIterator[str]:
     """Yield the branch's messages in (after, head]: shared read, or a catch-up."""
-    if head - after > SHARED_WINDOW:
+    blocks = await log_windows().branch_part(branch_id, after, head)
+    if blocks is None:
         async for block in _replay(branch_id, after, head):
             yield block
         return
-    for block in await log_windows().branch_part(branch_id, after, head):
+    for block in blocks:
         yield block
 
 
