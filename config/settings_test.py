@@ -23,7 +23,8 @@ os.environ.setdefault("LIBRARY_CHANNEL_PREFIX", f"asgi-test-{os.getpid()}")
 # A cheap password hash, in this process and the ones it starts (see settings).
 os.environ.setdefault("LIBRARY_FAST_PASSWORD_HASHER", "true")
 
-from config.settings import *  # noqa: F403
+# After the environment above: the settings read it when imported.
+from config.settings import *  # noqa: E402, F403
 
 # WhiteNoise warns about a missing STATIC_ROOT on every request; tests never collect.
 STATIC_ROOT.mkdir(exist_ok=True)  # noqa: F405

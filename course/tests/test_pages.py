@@ -1,4 +1,3 @@
-
 import pytest
 
 from course.labs.registry import LABS
