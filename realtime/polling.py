@@ -29,7 +29,7 @@ import datetime
 import logging
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -66,6 +66,8 @@ COUNTERS: Final = (
 # id after a higher one is visible; the log is read only up to messages older than
 # this, as messaging.services.streams does. SQLite commits one writer at a time.
 LOG_GRACE: Final = datetime.timedelta(seconds=1)
+# Starts of new log stretches the hub reads before waking their streams.
+PREFETCH_STARTS: Final = 4
 # How far past the grace a gap-free run of offsets is read in one look.
 GAP_FREE_RUN: Final = 1000
 
@@ -176,10 +178,16 @@ class ChangeHub:
     """Watch jobs and the log head for the waiters of one event loop."""
 
     jobs: dict[uuid.UUID, list[_Waiter]] = field(default_factory=dict)
-    log: list[_Waiter] = field(default_factory=list)
+    # A dict, used as an ordered set: thousands of streams leave at once when the
+    # log moves, and removing each from a list would cost the whole list each time.
+    log: dict[_Waiter, None] = field(default_factory=dict)
     stats: HubStats = field(default_factory=HubStats)
     _task: asyncio.Task[None] | None = None
     _listener: asyncio.Task[None] | None = None
+    # Read a new stretch (after, head] of the log before its waiters are woken
+    # (realtime.sse's shared windows set it): thousands of woken streams then find
+    # their events ready instead of each waiting once more for the same read.
+    prefetch: Callable[[int, int], Awaitable[object]] | None = None
     _woken: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -210,15 +218,14 @@ class ChangeHub:
     async def log_moved(self, after: int, timeout: float) -> int | None:
         """Wait until the log's head passes ``after``; return it, or None on timeout."""
         waiter = _Waiter(after, asyncio.get_running_loop().create_future())
-        self.log.append(waiter)
+        self.log[waiter] = None
         self._start()
         try:
             return await asyncio.wait_for(waiter.future, timeout)
         except TimeoutError:
             return None
         finally:
-            if waiter in self.log:
-                self.log.remove(waiter)
+            self.log.pop(waiter, None)
 
     def _start(self) -> None:
         if self.log:
@@ -257,6 +264,20 @@ class ChangeHub:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
                 await client.aclose()
 
+    async def _prefetch(self, head: int) -> None:
+        """Have the stretch each group of waiters will ask for read first.
+
+        Streams in step share a start, so this is one read; a few starts are read
+        at once, more (streams far apart) are left to the streams themselves. A
+        failed read only means the streams read it again.
+        """
+        starts = {w.seen for w in self.log if head > w.seen and not w.future.done()}
+        if self.prefetch is None or not starts or len(starts) > PREFETCH_STARTS:
+            return
+        prefetch = self.prefetch
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*(prefetch(start, head) for start in starts))
+
     async def _pause(self, seconds: float) -> None:
         """Sleep until the next poll is due, or until a commit is announced."""
         with contextlib.suppress(TimeoutError):
@@ -289,6 +310,7 @@ class ChangeHub:
                     if current != waiter.seen and not waiter.future.done():
                         waiter.future.set_result(current)
             if head is not None:
+                await self._prefetch(head)
                 for waiter in self.log:
                     if head > waiter.seen and not waiter.future.done():
                         waiter.future.set_result(head)

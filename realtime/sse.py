@@ -269,10 +269,8 @@ class LogWindows:
     )
     queries: int = 0
 
-    async def branch_part(
-        self, branch_id: int, after: int, upto: int
-    ) -> list[str] | None:
-        """The branch's blocks of the window, or None: a catch-up, read alone."""
+    async def window(self, after: int, upto: int) -> dict[int, list[str]] | None:
+        """Every branch's blocks of (after, upto], read once for all who ask."""
         key = (after, upto)
         read = self.reads.get(key)
         if read is None:
@@ -282,10 +280,17 @@ class LogWindows:
             while len(self.reads) > WINDOWS_KEPT:
                 self.reads.pop(next(iter(self.reads)))
         try:
-            rows = await asyncio.shield(read)
+            # Read already (the hub prefetched it): no suspension at all.
+            return read.result() if read.done() else await asyncio.shield(read)
         except Exception:
             self.reads.pop(key, None)  # a failed read is not kept for the others
             raise
+
+    async def branch_part(
+        self, branch_id: int, after: int, upto: int
+    ) -> list[str] | None:
+        """The branch's blocks of the window, or None: a catch-up, read alone."""
+        rows = await self.window(after, upto)
         return None if rows is None else rows.get(branch_id, [])
 
 
@@ -334,6 +339,7 @@ async def _branch_events(
                 id=after, event="reset", data={"reason": start.reason, "state": state}
             )
     hub = change_hub()
+    hub.prefetch = log_windows().window
     while True:
         head = await hub.log_moved(after, next_heartbeat_s())
         if head is None:
