@@ -318,6 +318,24 @@ class ChangeHub:
             await self._pause(min(interval, grace) if behind else interval)
 
 
+L = TypeVar("L")
+
+
+def loop_local(
+    table: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, L],
+    make: Callable[[], L],
+) -> L:
+    """Return the running event loop's entry of ``table``, made on first use.
+
+    One per loop, so one per daphne process (tests run several loops in one).
+    """
+    loop = asyncio.get_running_loop()
+    found = table.get(loop)
+    if found is None:
+        found = table[loop] = make()
+    return found
+
+
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ChangeHub] = (
     weakref.WeakKeyDictionary()
 )
@@ -325,11 +343,7 @@ _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ChangeHub] = (
 
 def change_hub() -> ChangeHub:
     """Return the hub of the running event loop (one per daphne process)."""
-    loop = asyncio.get_running_loop()
-    hub = _hubs.get(loop)
-    if hub is None:
-        hub = _hubs[loop] = ChangeHub()
-    return hub
+    return loop_local(_hubs, ChangeHub)
 
 
 # --- counters ------------------------------------------------------------------

@@ -56,6 +56,7 @@ from realtime.polling import (
     job_read,
     log_head,
     log_newest,
+    loop_local,
 )
 
 BRANCH_TYPES: Final = (
@@ -301,11 +302,7 @@ _windows: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LogWindows] = (
 
 def log_windows() -> LogWindows:
     """Return the shared log reads of the running event loop (one per process)."""
-    loop = asyncio.get_running_loop()
-    windows = _windows.get(loop)
-    if windows is None:
-        windows = _windows[loop] = LogWindows()
-    return windows
+    return loop_local(_windows, LogWindows)
 
 
 async def _moved(branch_id: int, after: int, head: int) -> AsyncIterator[str]:

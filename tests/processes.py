@@ -34,6 +34,18 @@ T = TypeVar("T")
 WAIT_DEADLINE_S = 60.0
 
 
+class _Deadline:
+    """The one deadline of a wait: ``over()`` raises once it has passed."""
+
+    def __init__(self, what: str, deadline_s: float) -> None:
+        self.what, self.deadline_s = what, deadline_s
+        self.end = time.monotonic() + deadline_s
+
+    def over(self) -> None:
+        if time.monotonic() > self.end:
+            raise TimeoutError(f"waited {self.deadline_s:.0f} s for {self.what}")
+
+
 def wait_until(
     condition: Callable[[], T | None], what: str, deadline_s: float = WAIT_DEADLINE_S
 ) -> T:
@@ -42,28 +54,22 @@ def wait_until(
     The one way these tests wait for another process: for the exact condition the
     test needs next, never a fixed sleep.
     """
-    end = time.monotonic() + deadline_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise TimeoutError(f"waited {deadline_s:.0f} s for {what}")
+    deadline = _Deadline(what, deadline_s)
+    while not (value := condition()):
+        deadline.over()
         time.sleep(0.02)
+    return value
 
 
 async def await_until(
     condition: Callable[[], T | None], what: str, deadline_s: float = WAIT_DEADLINE_S
 ) -> T:
     """``wait_until`` for a condition that the running event loop itself makes true."""
-    end = time.monotonic() + deadline_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise TimeoutError(f"waited {deadline_s:.0f} s for {what}")
+    deadline = _Deadline(what, deadline_s)
+    while not (value := condition()):
+        deadline.over()
         await asyncio.sleep(0.02)
+    return value
 
 
 def child_env() -> dict[str, str]:
