@@ -166,7 +166,10 @@ def test_a_test_run_reads_no_env_file_and_its_children_neither(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout.strip().splitlines()[-1])
-    assert shown["redis_url"] == "redis://127.0.0.1:6379/15"
+    # The suite's own database (15, or this xdist worker's), never the file's 0.
+    ours = os.environ["LIBRARY_REDIS_DB"]
+    assert ours != "0"
+    assert shown["redis_url"] == f"redis://127.0.0.1:6379/{ours}"
     assert "devbox" not in str(shown["database"])
     assert shown["channels"] == "channels_redis.core.RedisChannelLayer"
     assert shown["secret"] != "from-the-developers-env-file"
