@@ -9,14 +9,17 @@ import os
 os.environ.setdefault("DEBUG", "true")
 # Under pytest-xdist each worker gets a Redis database of its own (its tests flush
 # it); the database itself gets a per-worker name from pytest-django. 1-4 are the
-# labs' sandboxes, 12-14 the cluster and benchmarks.
-_XDIST_REDIS_DBS = {"gw0": "15", "gw1": "7", "gw2": "6", "gw3": "5"}
+# labs' sandboxes, 12-14 the cluster and benchmarks. A second suite beside the
+# first (a load for the first, or a second checkout) names other databases in
+# LIBRARY_TEST_REDIS_DBS, e.g. "8,9,10,11".
+_REDIS_DBS = os.environ.get("LIBRARY_TEST_REDIS_DBS", "15,7,6,5").split(",")
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
 if _worker is not None:
-    if _worker not in _XDIST_REDIS_DBS:
-        raise RuntimeError(f"at most {len(_XDIST_REDIS_DBS)} xdist workers")
-    os.environ["LIBRARY_REDIS_DB"] = _XDIST_REDIS_DBS[_worker]
-os.environ.setdefault("LIBRARY_REDIS_DB", "15")
+    _index = int(_worker.removeprefix("gw"))
+    if _index >= len(_REDIS_DBS):
+        raise RuntimeError(f"at most {len(_REDIS_DBS)} xdist workers")
+    os.environ["LIBRARY_REDIS_DB"] = _REDIS_DBS[_index]
+os.environ.setdefault("LIBRARY_REDIS_DB", _REDIS_DBS[0])
 # Channel groups of this run only (child daphnes inherit it): two test runs on one
 # machine must not see each other's broadcasts.
 os.environ.setdefault("LIBRARY_CHANNEL_PREFIX", f"asgi-test-{os.getpid()}")
