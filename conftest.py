@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from channels.layers import channel_layers
 from django.conf import settings
 
 # Tests that start real processes or a browser prove a behaviour once, on the
@@ -38,6 +39,20 @@ def pytest_collection_modifyitems(
                 f"{len(left)} process/browser tests left to the PostgreSQL run "
                 "(LIBRARY_TEST_PROCESSES=all runs them here too)"
             )
+
+
+@pytest.fixture(autouse=True)
+def _channel_layer_per_test() -> Iterator[None]:
+    """Give each test a channel layer of its own.
+
+    The layer is a process-wide object whose receive lock belongs to the event loop
+    that first received on it; a consumer still receiving when its test's loop closed
+    leaves that lock held and bound to a dead loop, and the next test's sockets fail
+    with "bound to a different event loop". Building the layer again per test cuts
+    that tie (the prefix, and so the groups in Redis, stay this run's).
+    """
+    yield
+    channel_layers.backends.clear()
 
 
 @pytest.fixture

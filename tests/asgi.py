@@ -1,8 +1,12 @@
-"""The ASGI scope of one HTTP request, for tests that call the application itself."""
+"""What tests that call the ASGI application itself share: an HTTP scope, a socket."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from channels.testing import WebsocketCommunicator
+
+from tests.processes import WAIT_DEADLINE_S
 
 
 def http_scope(
@@ -28,3 +32,26 @@ def http_scope(
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 80),
     }
+
+
+class Socket(WebsocketCommunicator):  # type: ignore[misc]  # channels has no types
+    """Channels' test WebSocket with this suite's deadline instead of its 1 s.
+
+    A frame that takes more than a second on a loaded machine is slow, not wrong;
+    a wait still ends the moment the frame arrives. Only ``receive_nothing`` keeps
+    its short window: it proves an absence.
+    """
+
+    async def connect(self, timeout: float = WAIT_DEADLINE_S) -> Any:
+        return await super().connect(timeout)
+
+    async def receive_from(self, timeout: float = WAIT_DEADLINE_S) -> Any:
+        return await super().receive_from(timeout)
+
+    async def receive_json_from(self, timeout: float = WAIT_DEADLINE_S) -> Any:
+        return await super().receive_json_from(timeout)
+
+    async def disconnect(
+        self, code: int = 1000, timeout: float = WAIT_DEADLINE_S
+    ) -> None:
+        await super().disconnect(code, timeout)

@@ -29,6 +29,9 @@ from config.redis_server import embedded_socket_path, local_redis_answers, stop_
 
 ROOT = Path(__file__).resolve().parents[2]
 # Set by the test run or a developer's shell; each case states what it needs instead.
+# manage.py and Python children, started with the environment each test gives.
+pytestmark = pytest.mark.processes
+
 CLEARED = {
     "DEBUG",
     "SECRET_KEY",
@@ -123,6 +126,7 @@ def test_recorded_redis_url_is_used_by_a_process_started_by_hand(tmp_path):
 
 
 @pytest.mark.embedded_redis
+@pytest.mark.each_database  # the embedded-Redis pass runs on SQLite
 def test_recorded_embedded_redis_is_kept_even_when_a_local_redis_answers(tmp_path):
     """The case of the issue: `make run` chose the embedded server; a worker started
     later must not attach to a Redis that has since appeared on 127.0.0.1:6379."""

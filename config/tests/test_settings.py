@@ -35,6 +35,7 @@ def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
@@ -53,12 +54,14 @@ def test_bad_value_stops_startup_naming_the_variable(variable, value):
     assert variable in result.stderr.splitlines()[-1]
 
 
+@pytest.mark.processes
 def test_check_deploy_is_clean_with_production_values():
     result = run_manage("check", "--deploy", "--fail-level", "DEBUG", env=PRODUCTION)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout
 
 
+@pytest.mark.processes
 def test_debug_without_secret_key_still_starts():
     result = run_manage("check", env={"DEBUG": "true"})
     assert result.returncode == 0, result.stderr
@@ -77,6 +80,7 @@ def test_rq_commit_mode_is_on_db_commit(settings):
     assert settings.RQ["COMMIT_MODE"] == "on_db_commit"
 
 
+@pytest.mark.processes
 def test_the_fast_test_hasher_is_never_used_without_debug():
     script = (
         "from django.contrib.auth.hashers import get_hasher; "

@@ -93,7 +93,7 @@ def test_errors_are_one_line_and_status_2(args, needle, model_only):
 
 
 def _manage(*args: str) -> subprocess.CompletedProcess[str]:
-    # os.environ already holds this run's Redis database (settings_test, per xdist worker).
+    # os.environ holds this run's Redis database already (settings_test, per worker).
     env = {**os.environ, "DEBUG": "true"}
     return subprocess.run(
         [sys.executable, "manage.py", "lab", *args],
@@ -105,6 +105,7 @@ def _manage(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.processes
 def test_real_process_json_and_error_exit_status():
     done = _manage("message-queues", "--json")
     assert done.returncode == 0

@@ -36,6 +36,7 @@ def test_to_fixed_matches_javascript(value, digits, expected):
     assert js_to_fixed(value, digits) == expected
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 @settings(max_examples=30, deadline=None)
 @given(

@@ -41,7 +41,13 @@ from library.models import Branch
 from tests.processes import ROOT, child_env, wait_until
 from tests.snapshots import operator_snapshot
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Sandboxes (a database, a Redis database, child processes) are made differently
+# on each database: a file copied on SQLite, a template on PostgreSQL.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.processes,
+    pytest.mark.each_database,
+]
 
 
 def slot(db: int) -> redis.Redis:

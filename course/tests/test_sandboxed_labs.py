@@ -26,6 +26,9 @@ from tests.snapshots import operator_snapshot
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
+    # Each run is a child process in a sandbox; SQLite's run is the one that counts.
+    pytest.mark.processes,
+    pytest.mark.each_database,
     pytest.mark.skipif(
         connection.vendor != "sqlite", reason="the sandboxes' SQLite run proves it"
     ),

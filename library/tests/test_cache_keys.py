@@ -413,6 +413,7 @@ def _manage(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.processes
 def test_real_process_output_and_argument_errors():
     done = _manage(*CONTRACT_ARGS)
     assert done.returncode == 0

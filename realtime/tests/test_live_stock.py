@@ -7,7 +7,6 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
 
@@ -17,6 +16,7 @@ from library.permissions import CORRECT_STOCK, permission_get
 from library.services import loan_issue
 from messaging.models import OutboxMessage
 from messaging.services import messaging_drain
+from tests.asgi import Socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 ORIGIN = (b"origin", b"http://127.0.0.1")
@@ -46,8 +46,8 @@ def session_cookie(*, staff: bool) -> tuple[bytes, bytes]:
     return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
 
 
-async def connect(branch_id: int = 1, headers=None) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(
+async def connect(branch_id: int = 1, headers=None) -> Socket:
+    communicator = Socket(
         application, f"/ws/branches/{branch_id}/stock/", headers=headers or [ORIGIN]
     )
     connected, _ = await communicator.connect()
@@ -73,7 +73,7 @@ async def test_connect_sends_a_versioned_snapshot(branch):
 
 
 async def test_foreign_origin_is_refused(branch):
-    communicator = WebsocketCommunicator(
+    communicator = Socket(
         application,
         "/ws/branches/1/stock/",
         headers=[(b"origin", b"http://evil.example")],
@@ -83,7 +83,7 @@ async def test_foreign_origin_is_refused(branch):
 
 
 async def test_unknown_branch_closes_with_4404(branch):
-    communicator = WebsocketCommunicator(
+    communicator = Socket(
         application, "/ws/branches/99/stock/", headers=[ORIGIN]
     )
     connected, code = await communicator.connect()

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
@@ -22,6 +21,7 @@ from django.test import Client
 from config.asgi import application
 from library.models import Book, Branch
 from library.permissions import CORRECT_STOCK, permission_get
+from tests.asgi import Socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 ORIGIN = (b"origin", b"http://127.0.0.1")
@@ -46,9 +46,9 @@ def signed_in(*, may_correct: bool = True) -> tuple[User, Client]:
     return user, client
 
 
-async def open_socket(client: Client) -> WebsocketCommunicator:
+async def open_socket(client: Client) -> Socket:
     cookie = (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
-    ws = WebsocketCommunicator(
+    ws = Socket(
         application, "/ws/branches/1/stock/", headers=[ORIGIN, cookie]
     )
     connected, _ = await ws.connect()
@@ -57,7 +57,7 @@ async def open_socket(client: Client) -> WebsocketCommunicator:
     return ws
 
 
-async def correct(ws: WebsocketCommunicator, on_shelf: int) -> dict[str, Any]:
+async def correct(ws: Socket, on_shelf: int) -> dict[str, Any]:
     await ws.send_to(
         text_data=json.dumps({"action": "correct", "book": 1, "on_shelf": on_shelf})
     )

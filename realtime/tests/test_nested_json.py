@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from channels.testing import WebsocketCommunicator
 
 from config.asgi import application
 from library.models import Book, Branch
+from tests.asgi import Socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 ORIGIN = (b"origin", b"http://127.0.0.1")
@@ -29,7 +29,7 @@ def branch(redis_client) -> Branch:
 async def test_deeply_nested_json_gets_an_error_frame_and_the_socket_stays(
     branch, frame
 ):
-    ws = WebsocketCommunicator(application, "/ws/branches/1/stock/", headers=[ORIGIN])
+    ws = Socket(application, "/ws/branches/1/stock/", headers=[ORIGIN])
     connected, _ = await ws.connect()
     assert connected
     assert (await ws.receive_json_from())["type"] == "snapshot"

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from channels.layers import InMemoryChannelLayer
-from channels.testing import WebsocketCommunicator
 
 from config.asgi import application
 from library.models import Book, Branch
@@ -29,6 +28,7 @@ from realtime.presence import (
     ttl_s,
     viewers_key,
 )
+from tests.asgi import Socket
 from tests.processes import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -44,9 +44,9 @@ def branch(redis_client):
 
 async def open_socket(
     tab: str | None = None,
-) -> tuple[WebsocketCommunicator, dict[str, Any]]:
+) -> tuple[Socket, dict[str, Any]]:
     path = "/ws/branches/1/stock/" + (f"?tab={tab}" if tab is not None else "")
-    ws = WebsocketCommunicator(application, path, headers=[ORIGIN])
+    ws = Socket(application, path, headers=[ORIGIN])
     connected, _ = await ws.connect()
     assert connected
     snapshot = await ws.receive_json_from()
@@ -54,7 +54,7 @@ async def open_socket(
     return ws, snapshot
 
 
-async def presence_reaches(ws: WebsocketCommunicator, watching: int) -> None:
+async def presence_reaches(ws: Socket, watching: int) -> None:
     """Read frames until a presence frame says ``watching`` (the deadline fails it)."""
     async with asyncio.timeout(10):
         while True:
