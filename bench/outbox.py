@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -45,6 +47,7 @@ TARGET_RATIO = 2.0
 TARGET_EFFECTS_PER_S = 1000.0
 TARGET_P99_MS = 250.0
 TARGET_DRAINED_S = 1.0
+TARGET_ACHIEVED = 0.98  # of the offered loans/s
 BASELINE_QUEUE = "bench-baseline"
 BRANCHES = 4
 BOOKS_PER_BRANCH = 50
@@ -59,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--repeats", type=int, help="R runs per side (default 3)")
     group.add_argument("--rate", type=float, help="loans/s for latency (default 100)")
     group.add_argument("--duration", type=float, help="latency seconds (default 30)")
+    group.add_argument(
+        "--issuers",
+        type=int,
+        help="threads issuing the steady load (default 4 on PostgreSQL, 1 on SQLite)",
+    )
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,7 @@ class Params:
     repeats: int
     rate: float
     duration: float
+    issuers: int
 
     @classmethod
     def from_options(cls, options: argparse.Namespace) -> Params:
@@ -78,10 +87,26 @@ class Params:
             repeats=options.repeats or (1 if quick else 3),
             rate=options.rate or 100.0,
             duration=options.duration or (3.0 if quick else 30.0),
+            issuers=options.issuers or _default_issuers(),
         )
-        if min(params.loans, params.workers, params.repeats) < 1:
-            raise BenchError("--loans, --workers and --repeats must be at least 1")
+        if min(params.loans, params.workers, params.repeats, params.issuers) < 1:
+            raise BenchError(
+                "--loans, --workers, --repeats and --issuers must be at least 1"
+            )
         return params
+
+
+def _default_issuers() -> int:
+    """Several issuing threads where the database takes concurrent writers.
+
+    One thread spends most of a loan waiting on the database's round trips, and
+    on these 2 cores it reached about 83 of the 100 loans/s offered: the load,
+    not the drain, was what fell short. SQLite takes one writer at a time, so
+    more threads there only queue on its lock.
+    """
+    from django.db import connection
+
+    return 4 if connection.vendor == "postgresql" else 1
 
 
 @dataclass(frozen=True)
@@ -348,16 +373,8 @@ def latency(
         children.start(name, manage("rqworker", "messaging", "--verbosity", "0"))
     children.start("latency-scheduler", manage("scheduler"))
     wait_for_workers("messaging", params.workers, children)
-    books, members = ids
     count = max(1, round(params.rate * params.duration))
-    began = time.monotonic()
-    for n in range(count):
-        # An absolute schedule: a slow issue is caught up, not carried forward.
-        delay = began + n / params.rate - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        loan_issue(book_id=books[n % len(books)], member_id=members[n % len(members)])
-    elapsed = time.monotonic() - began
+    elapsed = issue_steadily(count, params, ids, loan_issue)
     load_stopped = utcnow()
     expected = count * effects_per_loan()
     # Not required: effects still missing after a minute are the result, not an error.
@@ -403,6 +420,54 @@ def latency(
         missing_effects=missing,
         missing_notifications=count - len(notified),
     )
+
+
+def issue_steadily(
+    count: int,
+    params: Params,
+    ids: tuple[list[int], list[int]],
+    loan_issue: Callable[..., object],
+) -> float:
+    """Issue ``count`` loans at ``params.rate`` from ``params.issuers`` threads.
+
+    Loan n is due at start + n / rate, whichever thread takes it: an absolute
+    schedule, so a slow issue is caught up, not carried forward. Returns the
+    seconds from the first due time to the last loan's commit.
+    """
+    from django.db import connection
+
+    books, members = ids
+    numbers = iter(range(count))
+    take = threading.Lock()
+    errors: list[BaseException] = []
+    began = time.monotonic()
+
+    def issuer() -> None:
+        try:
+            while True:
+                with take:
+                    n = next(numbers, None)
+                if n is None or errors:
+                    return
+                delay = began + n / params.rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                loan_issue(
+                    book_id=books[n % len(books)], member_id=members[n % len(members)]
+                )
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+        finally:
+            connection.close()  # each thread's own
+
+    threads = [threading.Thread(target=issuer) for _ in range(params.issuers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise BenchError(f"issuing the steady load failed: {errors[0]!r}")
+    return time.monotonic() - began
 
 
 # --- The benchmark ------------------------------------------------------------
@@ -477,6 +542,11 @@ def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
             "target": TARGET_DRAINED_S,
             "met": drained is not None and drained <= TARGET_DRAINED_S,
         },
+        # The latency targets hold for the offered load only if it was delivered.
+        "achieved_rate": {
+            "target": round(TARGET_ACHIEVED * params.rate, 1),
+            "met": lat["achieved_rate"] >= TARGET_ACHIEVED * params.rate,
+        },
     }
     result = {
         "params": asdict(params),
@@ -543,7 +613,8 @@ def text_report(result: dict[str, Any]) -> str:
             "",
             f"Commit-to-effect latency: {lat['loans']} loans offered at"
             f" {p['rate']:g}/s for {p['duration']:g} s"
-            f" (achieved {lat['achieved_rate']:g}/s), W={p['workers']} + scheduler",
+            f" (achieved {lat['achieved_rate']:g}/s from"
+            f" {p.get('issuers', 1)} issuing threads), W={p['workers']} + scheduler",
             format_table(["ms", "p50", "p90", "p99", "max"], latency_rows),
             "backlog empty after the load stopped: "
             + ("never (see missing effects)" if drained is None else f"{drained:g} s"),
