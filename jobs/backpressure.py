@@ -182,7 +182,8 @@ class BoundedQueue:
     """An rq queue with at most ``capacity`` waiting jobs and one full-queue policy.
 
     ``name`` names the bound (its Redis keys); several producers may share it, each
-    with its own ``BoundedQueue`` and policy.
+    with its own ``BoundedQueue`` and policy. ``clock`` and ``sleep`` time a blocked
+    producer's wait (``block``); a test passes its own to step through it exactly.
     """
 
     def __init__(
@@ -193,6 +194,8 @@ class BoundedQueue:
         policy: Policy,
         block_timeout_s: float = 1.0,
         name: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
@@ -203,6 +206,8 @@ class BoundedQueue:
         self.policy: Policy = policy
         self.block_timeout_s = block_timeout_s
         self.name = name or queue.name
+        self.clock = clock
+        self.sleep = sleep
         self.redis: Redis = queue.connection
         self._keys = buffer_keys(self.name)
         self._admit = self.redis.register_script(_ADMIT)
@@ -223,7 +228,7 @@ class BoundedQueue:
         3. Push the job to rq (through ``run_admitted``); cancel the displaced one.
         """
         target = function if isinstance(function, str) else _dotted(function)
-        started = time.monotonic()
+        started = self.clock()
         first = True
         waited = False
         while True:
@@ -231,7 +236,7 @@ class BoundedQueue:
             first = False
             if admitted:
                 break
-            held = (time.monotonic() - started) * 1000
+            held = (self.clock() - started) * 1000
             if self.policy != "block" or held >= self.block_timeout_s * 1000:
                 self.redis.hincrby(self._keys[1], "dropped", 1)
                 if self.policy == "block":
@@ -239,11 +244,11 @@ class BoundedQueue:
                 if self.policy != "block":
                     held = 0.0
                 return Admission("dropped", job_id, held, job_id, depth)
-            time.sleep(BLOCK_POLL_S)
+            self.sleep(BLOCK_POLL_S)
             waited = True
         # Held is the wait for a place, up to admission: the push to rq below is not
         # part of it (a slow push must not make an admission at once look held).
-        held = (time.monotonic() - started) * 1000 if waited else 0.0
+        held = (self.clock() - started) * 1000 if waited else 0.0
         try:
             self.queue.enqueue(
                 run_admitted,

@@ -3,17 +3,53 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import django_rq
 import pytest
+from redis import Redis
 from rq import Queue, SimpleWorker
 from rq.job import Job, JobStatus
 
-from jobs.backpressure import BoundedQueue, buffer_stats
+from jobs.backpressure import BLOCK_POLL_S, BoundedQueue, buffer_keys, buffer_stats
+from tests.processes import WAIT_DEADLINE_S, wait_until
 
 DONE: list[int] = []
+
+
+class PollClock:
+    """A blocked producer's clock and sleep: time moves only when it pauses.
+
+    Each pause between two asks moves the clock ``step_s`` on (a binary fraction,
+    so the sums are exact), whatever pause was asked for (``pauses`` keeps those).
+    ``gated``: a pause also waits for the test's ``resume``, so the test sees the
+    producer held between two asks.
+    """
+
+    def __init__(self, step_s: float, *, gated: bool = False) -> None:
+        self.now = 0.0
+        self.step_s = step_s
+        self.pauses: list[float] = []
+        self._gated = gated
+        self._resumes = threading.Semaphore(0)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += self.step_s
+        self.pauses.append(seconds)
+        if self._gated and not self._resumes.acquire(timeout=WAIT_DEADLINE_S):
+            raise TimeoutError("the test never resumed the producer")
+
+    def resume(self) -> None:
+        self._resumes.release()
+
+
+def redis_ms(redis: Redis) -> int:
+    """Redis's clock in ms, read as the admit and start scripts read it."""
+    seconds, micros = redis.time()
+    return seconds * 1000 + micros // 1000
 
 
 def record(n: int) -> None:
@@ -69,8 +105,6 @@ def test_drop_oldest_cancels_the_oldest_waiting_job_in_rq(queue):
 
 
 def test_a_displaced_job_a_worker_already_took_is_not_run(queue):
-    from jobs.backpressure import buffer_keys
-
     bounded = BoundedQueue(queue, capacity=1, policy="drop_oldest")
     offer(bounded, 0)
     # As the admit script does when it displaces job-0.
@@ -82,42 +116,80 @@ def test_a_displaced_job_a_worker_already_took_is_not_run(queue):
 
 
 def test_block_holds_the_producer_until_a_worker_makes_room(queue):
-    bounded = BoundedQueue(queue, capacity=1, policy="block", block_timeout_s=20)
+    clock = PollClock(0.25, gated=True)
+    bounded = BoundedQueue(
+        queue,
+        capacity=1,
+        policy="block",
+        block_timeout_s=20,
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert offer(bounded, 0).outcome == "accepted"
     answers: list[Any] = []
     producer = threading.Thread(target=lambda: answers.append(offer(bounded, 1)))
     producer.start()
-    time.sleep(0.3)
-    assert answers == []  # still held: the queue is full
-    drain(queue)  # starts job-0, which frees the place
-    producer.join(timeout=20)
+    try:
+        wait_until(lambda: len(clock.pauses) == 1, "the producer is refused")
+        assert answers == []  # held: the queue is full
+        clock.resume()
+        wait_until(lambda: len(clock.pauses) == 2, "the producer is refused again")
+        assert answers == []  # still held: no worker has made room
+        drain(queue)  # starts job-0, which frees the place
+    finally:
+        clock.resume()
+    producer.join(timeout=WAIT_DEADLINE_S)
     assert answers[0].outcome == "held"
-    assert answers[0].held_ms >= 250
+    assert answers[0].held_ms == 500.0  # two pauses of 250 ms, then admitted
+    assert clock.pauses == [BLOCK_POLL_S] * 2
     drain(queue)
     assert DONE == [0, 1]
     stats = buffer_stats(queue.connection, "bp-test")
     assert stats["dropped"] == 0
     assert stats["held"] == 1
-    assert stats["producer_wait_ms"] >= 250
+    assert stats["producer_wait_ms"] == 500
 
 
 def test_block_gives_up_after_its_timeout(queue):
-    bounded = BoundedQueue(queue, capacity=1, policy="block", block_timeout_s=0.2)
+    clock = PollClock(0.0625)
+    bounded = BoundedQueue(
+        queue,
+        capacity=1,
+        policy="block",
+        block_timeout_s=0.25,
+        clock=clock,
+        sleep=clock.sleep,
+    )
     offer(bounded, 0)
     answer = offer(bounded, 1)
     assert answer.outcome == "dropped"
-    assert answer.held_ms >= 200
+    # Asked at 0, 62.5, 125 and 187.5 ms (before the timeout: it paused and asked
+    # again) and gave up at the ask at 250 ms, exactly the timeout.
+    assert answer.held_ms == 250.0
+    assert clock.pauses == [BLOCK_POLL_S] * 4
     assert queue.job_ids == ["job-0"]
+    stats = buffer_stats(queue.connection, "bp-test")
+    assert (stats["dropped"], stats["producer_wait_ms"]) == (1, 250)
 
 
 def test_the_wait_of_delivered_jobs_is_measured_from_admission_to_start(queue):
     bounded = BoundedQueue(queue, capacity=5, policy="drop_newest")
     offer(bounded, 0)
-    time.sleep(0.25)
+    redis = queue.connection
+    waiting = buffer_keys("bp-test")[0]
+    admitted_ms = int(redis.zscore(waiting, "job-0"))
+    # The score is the admission time (Redis's clock): admit job-0 250 ms earlier
+    # instead of waiting 250 ms for a measurable wait.
+    redis.zadd(waiting, {"job-0": admitted_ms - 250}, xx=True)
+    before_ms = redis_ms(redis)
     drain(queue)
-    stats = buffer_stats(queue.connection, "bp-test")
+    after_ms = redis_ms(redis)
+    stats = buffer_stats(redis, "bp-test")
     assert stats["delivered"] == 1
-    assert 200 <= stats["wait_max_ms"] < 10_000
+    # Measured on the same clock, from the admission to the start, which falls
+    # between the two readings around the drain.
+    lowest = before_ms - admitted_ms + 250
+    assert lowest <= stats["wait_max_ms"] <= after_ms - admitted_ms + 250
 
 
 def test_two_producers_never_both_take_the_last_place(queue):

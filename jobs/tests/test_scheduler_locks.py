@@ -4,7 +4,7 @@ in one process and across real ``manage.py`` processes."""
 import datetime
 import signal
 import threading
-import time
+from collections.abc import Callable
 
 import pytest
 from redis.exceptions import LockError, LockNotOwnedError
@@ -15,12 +15,34 @@ from course.labs.scheduled_tasks.live import probe_race
 from course.labs.scheduled_tasks.model import trace_counts
 from jobs.locks import LeaseLock, lease, lease_holder
 from jobs.management.commands.scheduledrun import probe_keys, probe_lease_name
-
-TIMEOUT_S = 120
+from tests.processes import wait_until
 
 
 def text(items: list[bytes]) -> list[str]:
     return [item.decode() for item in items]
+
+
+def renewed(redis_client, key: str, times: int) -> Callable[[], bool]:
+    """A ``wait_until`` condition: the lease ``key`` was renewed ``times`` times.
+
+    Each renewal puts the key's PTTL back up to a full lease; between two it only
+    falls. Polled far more often than the renewals (a third of a lease apart), so a
+    renewal is missed only if the poll stalls, and then the wait is longer, never
+    shorter. A lease gone in between fails the test at once.
+    """
+    last = redis_client.pttl(key)
+    seen = 0
+
+    def check() -> bool:
+        nonlocal last, seen
+        remaining = redis_client.pttl(key)
+        assert remaining > 0, f"lease {key} lost after {seen} renewals"
+        if remaining > last:
+            seen += 1
+        last = remaining
+        return seen >= times
+
+    return check
 
 
 # --- one process ---------------------------------------------------------------------
@@ -49,7 +71,9 @@ def test_a_lease_expires_so_a_crashed_holder_blocks_for_one_lease_at_most(
     assert crashed.acquire()  # and never releases
     late = LeaseLock(redis_client, "t", lease_ms=200)
     assert not late.acquire()
-    time.sleep(0.35)
+    # One lease at most: Redis's own clock ends it, so poll until it has.
+    assert 0 < redis_client.pttl("lease:t") <= 200
+    wait_until(lambda: not redis_client.exists("lease:t"), "the lease expires")
     assert late.acquire()
     # The crashed holder, back from the dead, cannot renew or remove the new
     # holder's lease.
@@ -97,7 +121,8 @@ def test_renewal_keeps_a_long_run_holding_past_its_lease(redis_client):
     # one (a loaded machine) would lose it, so the lease is not made too short.
     with lease(redis_client, "t", lease_ms=1000) as held:
         assert held is not None
-        time.sleep(3.5)  # more than three leases
+        # Ten renewals, a third of a lease apart: held for more than three leases.
+        wait_until(renewed(redis_client, "lease:t", 10), "ten renewals")
         assert not LeaseLock(redis_client, "t", lease_ms=1000).acquire()
         assert not held.lost.is_set()
     assert redis_client.get("lease:t") is None  # released at the end of the block
@@ -165,21 +190,27 @@ def test_a_killed_holder_loses_the_lease_after_one_term(redis_client):
         "1000",
     )
     with running(holder):
-        deadline = time.monotonic() + TIMEOUT_S
-        while redis_client.llen(keys["ready"]) < 1:
-            assert holder.poll() is None
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+
+        def ready() -> bool:
+            assert holder.poll() is None, "the holder exited"
+            return redis_client.llen(keys["ready"]) >= 1
+
+        wait_until(ready, "the holder is ready")
         redis_client.rpush(keys["go"], "go")
-        while text(redis_client.lrange(keys["trace"], 0, -1)) != ["started A"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(
+            lambda: text(redis_client.lrange(keys["trace"], 0, -1)) == ["started A"],
+            "the holder starts",
+        )
         # Three lease terms later it still holds: its renewals keep the lease.
-        time.sleep(3.0)
+        wait_until(renewed(redis_client, f"lease:{name}", 9), "nine renewals")
         owner = redis_client.get(f"lease:{name}")
         assert owner is not None
         assert f":{holder.pid}:" in owner.decode()
         kill_group(holder, signal.SIGKILL)  # no finally, no release
         assert not LeaseLock(redis_client, name, lease_ms=1000).acquire()
-        time.sleep(1.2)
+        # Lost after one term at most: what is left of it, then Redis ends it.
+        assert 0 < redis_client.pttl(f"lease:{name}") <= 1000
+        wait_until(
+            lambda: not redis_client.exists(f"lease:{name}"), "the lease expires"
+        )
         assert LeaseLock(redis_client, name, lease_ms=1000).acquire()

@@ -12,6 +12,7 @@ from typing import Any
 
 from jobs.shedding import AdmissionControl, Message
 from jobs.shedding_policy import Limits
+from jobs.tests.manual_loop import manual_loop, run_manual
 
 Sent = list[dict[str, Any]]
 
@@ -111,20 +112,31 @@ def test_a_loan_return_outranks_queued_reports_and_uses_the_reserved_place():
 
 def test_a_queued_request_whose_budget_expires_is_dropped_unprocessed():
     async def scenario() -> None:
+        # The budget's timer and the admission's clock are the loop's, which only
+        # this test moves: the drop is checked just before and at the 125 ms.
+        loop = manual_loop()
         inner = Held()
         app = AdmissionControl(
-            inner, limits=Limits(max_running=1, max_queued=4, budget_ms=50)
+            inner,
+            limits=Limits(max_running=1, max_queued=4, budget_ms=125),
+            clock=loop.time,
         )
         first, _ = request(app, "/slow")
         late, late_sent = request(app, "/late")
-        await asyncio.sleep(0.2)
+        await settle()
+        loop.advance(0.125 - 2**-10)  # a millisecond before the budget runs out
+        await settle()
+        assert status(late_sent) is None  # still queued
+        assert app.stats.queued == 1
+        loop.advance(2**-10)  # queued for exactly its budget
+        await settle()
         assert status(late_sent) == 503
         assert inner.started == ["/slow"]  # never reached the app
         inner.release("/slow")
         await asyncio.gather(first, late)
         assert app.stats.shed[("normal", "deadline")] == 1
 
-    run(scenario)
+    run_manual(scenario)
 
 
 def test_exempt_routes_do_not_count_as_running_work():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import django_rq
@@ -16,6 +16,8 @@ from jobs.series import series_read, series_reset, series_sample, series_totals
 from jobs.shedding import SHED_FLUSH_S, AdmissionControl
 from jobs.shedding_policy import Limits
 from jobs.telemetry import RQ_DEPTH, RQ_OLDEST_AGE, SHED, SeriesShedRecorder
+from jobs.tests.manual_loop import manual_loop, run_manual, settle
+from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -68,39 +70,68 @@ async def _app(scope, receive, send):
     await asyncio.Event().wait()  # holds its place until cancelled
 
 
-async def test_shed_requests_reach_redis_off_the_event_loop(redis_client):
+class CountingExecutor(ThreadPoolExecutor):
+    """A loop's default executor that counts, on the loop, the calls handed to it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.submitted = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_shed_requests_reach_redis_off_the_event_loop(redis_client):
     series_reset()
-    admission = AdmissionControl(
-        _app,
-        limits=Limits(max_running=1, max_queued=0, reserved=0),
-        shed_recorder=SeriesShedRecorder(),
-    )
-    sent: list[dict[str, Any]] = []
-
-    async def send(message):
-        sent.append(message)
-
-    async def receive():
-        return {"type": "http.request"}
-
-    scope = {"type": "http", "path": "/branches/1/"}
-    holder = asyncio.create_task(admission(scope, receive, send))
-    await asyncio.sleep(0)  # the first request takes the only place
-    await admission(scope, receive, send)  # the second is shed: queue size 0
-    await admission({**scope, "path": "/reports/x/"}, receive, send)
-
-    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [
-        503,
-        503,
-    ]
-    # Nothing was written on the loop: the flush waits for its interval, then runs
-    # in the executor (this test's own reads go to Redis directly, not flushing).
     totals_key = f"series:{SHED.name}:total"
-    assert redis_client.hgetall(totals_key) == {}
-    deadline = time.monotonic() + SHED_FLUSH_S + 10
-    while not redis_client.hgetall(totals_key) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    holder.cancel()
+
+    async def scenario() -> None:
+        # The flush interval is timed by the loop's clock, which only this test
+        # moves: the flush is checked just before and at SHED_FLUSH_S.
+        loop = manual_loop()
+        executor = CountingExecutor()
+        loop.set_default_executor(executor)
+        admission = AdmissionControl(
+            _app,
+            limits=Limits(max_running=1, max_queued=0, reserved=0),
+            clock=loop.time,
+            shed_recorder=SeriesShedRecorder(),
+        )
+        sent: list[dict[str, Any]] = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.request"}
+
+        scope = {"type": "http", "path": "/branches/1/"}
+        holder = asyncio.create_task(admission(scope, receive, send))
+        await asyncio.sleep(0)  # the first request takes the only place
+        await admission(scope, receive, send)  # the second is shed: queue size 0
+        await admission({**scope, "path": "/reports/x/"}, receive, send)
+
+        assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [
+            503,
+            503,
+        ]
+        # Nothing was written on the loop: the flush waits for its interval, then
+        # runs in the executor (this test's own reads go to Redis directly).
+        assert redis_client.hgetall(totals_key) == {}
+        loop.advance(SHED_FLUSH_S - 2**-10)  # a millisecond before the interval
+        await settle()
+        assert executor.submitted == 0  # no flush handed to the executor yet
+        assert redis_client.hgetall(totals_key) == {}
+        loop.advance(2**-10)  # the interval is over: the flush starts
+        await settle()
+        assert executor.submitted == 1  # one flush for both sheds
+        await asyncio.to_thread(
+            wait_until, lambda: redis_client.hgetall(totals_key), "the flush"
+        )
+        holder.cancel()
+
+    run_manual(scenario)
 
     assert series_totals(SHED.name) == {"normal/full": 1, "low/full": 1}
     history = series_read([SHED.name], minutes=1)[SHED.name]

@@ -6,16 +6,17 @@ test's Redis database and signals it the way a deployment tool or the kernel wou
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import django_rq
 import pytest
-from rq import Retry
+from redis import Redis
+from rq import Retry, Worker
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
@@ -27,19 +28,21 @@ from course.instruments.probe_jobs import (
     slow_while_token,
 )
 from course.instruments.processes import kill_group
-from tests.processes import start_manage
+from tests.processes import start_manage, wait_until
 
 pytestmark = [pytest.mark.processes]
 QUEUE = "default"
+# rq ignores a second SIGTERM less than this long after the first (a pool's double
+# signal), by the worker's own clock (``rq.worker.base.request_force_stop``).
+REPEAT_IGNORED = datetime.timedelta(seconds=1)
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout} s")
+def warm_shutdown_at(connection: Redis) -> datetime.datetime | None:
+    """When a busy worker handled its first SIGTERM, as rq recorded it (UTC)."""
+    for found in Worker.all(connection=connection):
+        if (at := found.shutdown_requested_date) is not None:
+            return at
+    return None
 
 
 def status(job: Job) -> JobStatus:
@@ -55,7 +58,7 @@ def test_sigterm_lets_the_job_in_hand_finish(redis_client, tmp_path: Path) -> No
     job = django_rq.get_queue(QUEUE).enqueue(sleep_then_mark, 1.5, str(marker))
     process = worker()
     try:
-        wait_for(lambda: status(job) == JobStatus.STARTED, "job started")
+        wait_until(lambda: status(job) == JobStatus.STARTED, "job started")
         process.send_signal(signal.SIGTERM)  # the deployment's stop: warm shutdown
         assert process.wait(timeout=30) == 0
     finally:
@@ -73,11 +76,17 @@ def test_a_second_signal_cuts_the_job_and_rq_hands_it_back(
     job = queue.enqueue(slow_while_token, str(token), str(marker), retry=Retry(max=1))
     process = worker()
     try:
-        wait_for(lambda: status(job) == JobStatus.STARTED, "job started")
+        wait_until(lambda: status(job) == JobStatus.STARTED, "job started")
         process.send_signal(signal.SIGTERM)
-        # rq ignores a repeat within a second of handling the first (a pool's double
-        # signal); the margin covers a first signal handled late.
-        time.sleep(2.0)
+        # The repeat counts once REPEAT_IGNORED has passed since rq handled the
+        # first: rq records that moment, and the worker's clock is this host's.
+        first = wait_until(
+            lambda: warm_shutdown_at(queue.connection), "the first signal handled"
+        )
+        wait_until(
+            lambda: datetime.datetime.now(datetime.UTC) >= first + REPEAT_IGNORED,
+            "rq's window for a repeated signal ends",
+        )
         process.send_signal(signal.SIGTERM)  # cold shutdown: the horse goes too
         assert process.wait(timeout=30) == 0
     finally:
@@ -125,7 +134,7 @@ def test_the_worker_pool_runs_jobs_in_several_workers(redis_client) -> None:
     jobs = [queue.enqueue(io_job, "pool", seq, 300) for seq in range(6)]
     pool = start_manage("rqworker-pool", QUEUE, "--num-workers", "2")
     try:
-        wait_for(
+        wait_until(
             lambda: all(status(j) == JobStatus.FINISHED for j in jobs), "pool jobs"
         )
         pool.send_signal(signal.SIGTERM)

@@ -40,6 +40,7 @@ __all__ = [
     "MISSING",
     "Missing",
     "fill_lock",
+    "flight_waiters",
     "lock_acquire",
     "lock_key",
     "single_flight",
@@ -115,10 +116,22 @@ class _Flight(Generic[T]):
         self.done = threading.Event()
         self.value: T | None = None
         self.error: BaseException | None = None
+        self.waiters = 0  # the threads that joined it instead of producing
 
 
 _flights: dict[str, _Flight[Any]] = {}
 _flights_lock = threading.Lock()
+
+
+def flight_waiters(key: str) -> int:
+    """Return how many threads of this process wait for the production of ``key``.
+
+    0 when none runs. A test waits for this instead of guessing how long the other
+    callers take to arrive.
+    """
+    with _flights_lock:
+        flight = _flights.get(key)
+        return 0 if flight is None else flight.waiters
 
 
 def single_flight(
@@ -145,6 +158,8 @@ def single_flight(
         leader = flight is None
         if flight is None:
             flight = _flights[key] = _Flight()
+        else:
+            flight.waiters += 1
     if not leader:
         # The lease bounds a production; a leader silent past lease + wait is stuck
         # (or its origin is), and waiting longer helps nobody.

@@ -25,10 +25,10 @@ Under another server the lookup finds nothing and the wait is skipped.
 Disconnect. Django's ASGI handler cancels the response when daphne reports
 ``http.disconnect``; the cancellation lands in the generator's current ``await``,
 so no further chunk is read. Outcomes are counted in the Redis hash
-``realtime:reports`` (started, completed, failed, abandoned, rows; the key kept
-the name it had while this module was ``realtime.streaming``), written through the
-library's Redis client (``library.cache.connection``), and in ``PRODUCTION`` for
-this process.
+``realtime:reports`` (started, completed, failed, abandoned, rows, and paused: the
+times production stopped to wait for a slow reader; the key kept the name it had
+while this module was ``realtime.streaming``), written through the library's Redis
+client (``library.cache.connection``), and in ``PRODUCTION`` for this process.
 
 ``?form=buffered`` builds the same body first and sends it with a Content-Length:
 the form the lesson compares against. With ``LAB_ROUTES`` on, ``lab_lines``,
@@ -251,9 +251,15 @@ def buffered_bytes(transport: Any) -> int:
 
 
 async def _writable(transport: Any) -> None:
+    paused = False
     while transport is not None and buffered_bytes(transport) > HIGH_WATER_BYTES:
         if not transport.connected:
             return  # the disconnect is on its way; the cancellation follows
+        if not paused:
+            # Once per wait, not per poll: it shows (to a lab, to a test in another
+            # process) that a slow reader is holding production back.
+            paused = True
+            _count(paused=1)
         await asyncio.sleep(DRAIN_POLL_S)
 
 

@@ -15,8 +15,14 @@ import pytest
 from config.redis_server import with_db
 from course.instruments.processes import ROOT, child_environment
 from library.cache.metrics import cache_redis, metrics_read, metrics_reset
-from library.cache.singleflight import lock_acquire, lock_key, single_flight
+from library.cache.singleflight import (
+    flight_waiters,
+    lock_acquire,
+    lock_key,
+    single_flight,
+)
 from library.tests.cache_db import CACHE_TEST_DB
+from tests.processes import wait_until
 
 # Other test runs on this machine empty database 15 (conftest's redis_client) at any
 # moment, which would pull locks out from under these timing-sensitive tests: they use
@@ -59,7 +65,8 @@ def test_fifty_threads_on_a_cold_key_produce_once(key, tag, counters):
     def produce():
         with calls_lock:
             calls.append(threading.get_ident())
-        time.sleep(0.2)
+        # Still producing while every other reader arrives and joins this flight.
+        wait_until(lambda: flight_waiters(key(1)) == 49, "49 readers join the flight")
         return {"title": "The Name of the Rose", "on_shelf": 2}
 
     def reader():
@@ -94,7 +101,7 @@ def test_threads_share_one_production_even_with_redis_down(key, tag, settings):
 
     def produce():
         calls.append(1)
-        time.sleep(0.2)
+        wait_until(lambda: flight_waiters(key(1)) == 19, "19 readers join the flight")
         return "from origin"
 
     def reader():
@@ -128,10 +135,13 @@ def test_producer_stores_the_value_and_releases_its_lock(key):
 def test_an_error_reaches_every_waiting_thread_and_frees_the_key(key):
     entered = threading.Event()
     errors = []
+    calls = []
 
     def failing():
+        calls.append(1)
         entered.set()
-        time.sleep(0.1)
+        # Fail only once the follower waits for this production, not before.
+        wait_until(lambda: flight_waiters(key(3)) == 1, "the follower joins")
         raise RuntimeError("origin down")
 
     def follower():
@@ -147,6 +157,7 @@ def test_an_error_reaches_every_waiting_thread_and_frees_the_key(key):
         single_flight(key(3), failing, lease_ms=5000, wait_ms=5000)
     thread.join(5)
     assert errors == ["origin down"]
+    assert calls == [1]  # the follower got the leader's error, not one of its own
     assert cache_redis().exists(lock_key(key(3))) == 0
     assert single_flight(key(3), lambda: 7, lease_ms=5000, wait_ms=100) == (7, True)
 
@@ -178,10 +189,15 @@ def test_a_crashed_producers_lock_dies_with_its_lease(key, tag, counters):
 
 
 def test_only_the_owner_can_release_the_lock(key):
-    old_lock = lock_acquire(key(6), 50)
+    old_lock = lock_acquire(key(6), 5000)
     assert old_lock is not None
     assert lock_acquire(key(6), 5000) is None  # held
-    time.sleep(0.1)  # the old owner's lease runs out while it is still working
+    # The old owner's lease runs out while it is still working: Redis expires the
+    # key, its lease cut to the shortest (1 ms) rather than slept through.
+    assert cache_redis().pexpire(lock_key(key(6)), 1)
+    wait_until(
+        lambda: not cache_redis().exists(lock_key(key(6))), "the old lease expires"
+    )
     new_lock = lock_acquire(key(6), 5000)
     assert new_lock is not None
     # The late producer finishes and releases: the newer owner's lock must survive.
@@ -213,6 +229,7 @@ print(json.dumps({"value": value, "produced": produced, "pid": os.getpid()}))
 """
 
 
+@pytest.mark.processes
 def test_two_processes_share_one_production(tmp_path: Path, key):
     log = tmp_path / "productions.log"
     go = tmp_path / "go"
@@ -235,12 +252,13 @@ def test_two_processes_share_one_production(tmp_path: Path, key):
         )
         for n in range(3)
     ]
+
+    def all_ready() -> bool:
+        assert all(child.poll() is None for child in children), "a child died"
+        return all((tmp_path / f"r{n}").exists() for n in range(3))
+
     try:
-        deadline = time.monotonic() + 30
-        while not all((tmp_path / f"r{n}").exists() for n in range(3)):
-            assert time.monotonic() < deadline, "children did not start"
-            assert all(child.poll() is None for child in children)
-            time.sleep(0.01)
+        wait_until(all_ready, "the three children start")
         go.touch()  # release all three at once
         outputs = [child.communicate(timeout=30) for child in children]
     finally:

@@ -4,9 +4,11 @@ against the real Redis."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from library.cache.metrics import (
     metrics_reset,
     redis_errors_total,
 )
+from library.cache.singleflight import flight_waiters
 from library.cache.store import (
     LocalTier,
     cache_aside,
@@ -35,6 +38,7 @@ from library.cache.store import (
 )
 from library.cache.ttl import lifetime_with_jitter
 from library.tests.cache_db import CACHE_TEST_DB
+from tests.processes import wait_until
 
 # Other test runs on this machine empty database 15 (conftest's redis_client) at any
 # moment; these tests use a database of their own and keys unique to each test, and
@@ -70,19 +74,42 @@ def ns(tag):
 
 
 class Origin:
-    """A counted origin: returns ``value`` after ``delay_s``; thread-safe."""
+    """A counted origin returning ``value``; thread-safe.
 
-    def __init__(self, value: object, delay_s: float = 0.0) -> None:
+    Given ``until``, a call returns only once ``until()`` is true: the origin is as
+    slow as the test needs (the other readers pile up behind it, or answer before
+    it), never for a guessed delay.
+    """
+
+    def __init__(
+        self, value: object, until: Callable[[], object] | None = None
+    ) -> None:
         self.value = value
-        self.delay_s = delay_s
+        self.until = until
         self.calls = 0
         self._lock = threading.Lock()
 
     def __call__(self) -> Any:
         with self._lock:
             self.calls += 1
-        time.sleep(self.delay_s)
+        if self.until is not None:
+            wait_until(self.until, "the origin's condition")
         return self.value
+
+
+class Clock:
+    """A clock (seconds) that moves only when the test sets ``now``."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# A wall-clock instant for the fresh-until stamps: whole seconds, so that adding a
+# whole fresh_s lands exactly on the boundary (no float rounding).
+WALL = 1_800_000_000.0
 
 
 @pytest.fixture
@@ -150,7 +177,8 @@ def test_cache_aside_without_single_flight_still_stores(key, ns):
 
 
 def test_concurrent_misses_reach_the_origin_once(key, ns):
-    origin = Origin(BOOK, delay_s=0.2)
+    # The one origin call lasts until the 29 other readers wait for it.
+    origin = Origin(BOOK, until=lambda: flight_waiters(key(1)) == 29)
     start = threading.Barrier(30)
     answers = []
 
@@ -196,10 +224,13 @@ def test_local_tier_answers_without_redis_round_trips(key, ns, round_trips):
 
 
 def test_local_tier_entries_expire_and_are_bounded(ns):
-    tier = LocalTier(max_entries=3)
-    tier.put("a", b"1", lifetime_s=0.05, namespace=ns)
+    clock = Clock(1000.0)
+    tier = LocalTier(max_entries=3, clock=clock)
+    tier.put("a", b"1", lifetime_s=0.5, namespace=ns)
     assert tier.get("a", namespace=ns) == b"1"
-    time.sleep(0.06)
+    clock.now = math.nextafter(1000.5, 0)  # the last instant of its lifetime
+    assert tier.get("a", namespace=ns) == b"1"
+    clock.now = 1000.5  # put + lifetime: expired from this instant on
     assert tier.get("a", namespace=ns) is None
     for name in "bcde":
         tier.put(name, name.encode(), lifetime_s=60, namespace=ns)
@@ -257,35 +288,50 @@ def test_swr_produces_synchronously_without_an_entry_then_serves_fresh(key, ns):
 
 
 def test_swr_serves_stale_at_once_and_refreshes_once_under_20_readers(key, ns):
+    clock = Clock(WALL)
     old = Origin({"on_shelf": 3})
     stale_while_revalidate(
-        key=key(1), namespace=ns, produce=old, fresh_s=0.1, stale_s=30
+        key=key(1), namespace=ns, produce=old, fresh_s=5, stale_s=30, clock=clock
     )
-    time.sleep(0.15)  # the entry is now stale but still stored
-    new = Origin({"on_shelf": 1}, delay_s=0.3)
+    clock.now = math.nextafter(WALL + 5, 0)  # the last fresh instant: no refresh
+    assert stale_while_revalidate(
+        key=key(1), namespace=ns, produce=old, fresh_s=5, stale_s=30, clock=clock
+    ) == ({"on_shelf": 3}, False)
+    clock.now = WALL + 5  # fresh_s after the store: stale, but still stored
+    origin_done = threading.Event()
+    new = Origin({"on_shelf": 1}, until=origin_done.is_set)
     start = threading.Barrier(20)
     answers = []
 
     def reader():
         start.wait()
-        began = time.monotonic()
-        answer = stale_while_revalidate(
-            key=key(1), namespace=ns, produce=new, fresh_s=60, stale_s=30
+        answers.append(
+            stale_while_revalidate(
+                key=key(1),
+                namespace=ns,
+                produce=new,
+                fresh_s=60,
+                stale_s=30,
+                clock=clock,
+            )
         )
-        answers.append((answer, time.monotonic() - began))
 
     threads = [threading.Thread(target=reader) for _ in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert [answer for answer, _ in answers] == [({"on_shelf": 3}, True)] * 20
-    # Nobody waited for the 300 ms origin call.
-    assert max(took for _, took in answers) < 0.2
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        # Nobody waited for the origin: all 20 answered while its one call (the
+        # background refresh) is still held at the gate.
+        assert answers == [({"on_shelf": 3}, True)] * 20
+        wait_until(lambda: new.calls == 1, "the background refresh calls the origin")
+    finally:
+        origin_done.set()
     assert refreshes_wait(5)
     assert new.calls == 1
     assert stale_while_revalidate(
-        key=key(1), namespace=ns, produce=new, fresh_s=60, stale_s=30
+        key=key(1), namespace=ns, produce=new, fresh_s=60, stale_s=30, clock=clock
     ) == ({"on_shelf": 1}, False)
     assert new.calls == 1
     counters = metrics_read(2)[ns]  # two minutes: a test may straddle one
@@ -294,29 +340,39 @@ def test_swr_serves_stale_at_once_and_refreshes_once_under_20_readers(key, ns):
 
 
 def test_a_failing_refresh_keeps_serving_the_stale_value(key, ns, caplog):
+    clock = Clock(WALL)
     stale_while_revalidate(
-        key=key(1), namespace=ns, produce=lambda: "old", fresh_s=0.05, stale_s=30
+        key=key(1),
+        namespace=ns,
+        produce=lambda: "old",
+        fresh_s=5,
+        stale_s=30,
+        clock=clock,
     )
-    time.sleep(0.1)
+    clock.now = WALL + 5  # stale from here on
 
     def broken():
         raise RuntimeError("origin down")
 
-    with caplog.at_level(logging.ERROR, logger="library.cache.store"):
-        answer = stale_while_revalidate(
-            key=key(1), namespace=ns, produce=broken, fresh_s=60, stale_s=30
+    def read(produce):
+        return stale_while_revalidate(
+            key=key(1),
+            namespace=ns,
+            produce=produce,
+            fresh_s=60,
+            stale_s=30,
+            clock=clock,
         )
+
+    with caplog.at_level(logging.ERROR, logger="library.cache.store"):
+        answer = read(broken)
         assert refreshes_wait(5)
     assert answer == ("old", True)
     assert "background refresh" in caplog.text
     assert cache_redis().exists(f"sf:{key(1)}") == 0  # the lock was released
-    assert stale_while_revalidate(
-        key=key(1), namespace=ns, produce=lambda: "new", fresh_s=60, stale_s=30
-    ) == ("old", True)
+    assert read(lambda: "new") == ("old", True)
     assert refreshes_wait(5)
-    assert stale_while_revalidate(
-        key=key(1), namespace=ns, produce=broken, fresh_s=60, stale_s=30
-    ) == ("new", False)
+    assert read(broken) == ("new", False)
 
 
 # --- Redis down ---------------------------------------------------------------------

@@ -18,7 +18,7 @@ from library.models import Book, Branch, Loan, Member
 from library.permissions import RUN_REPORT, permission_get
 from library.report import stream as streaming
 from library.report.stream import REPORTS_KEY
-from tests.processes import child_env, free_port, start_daphne, stop
+from tests.processes import child_env, free_port, start_daphne, stop, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 URL = "/realtime/reports/loans.csv"
@@ -269,12 +269,14 @@ def test_a_client_that_vanishes_stops_production_on_a_real_server(
         sock = open_report(port, session, "month=2026-03")
         assert sock.recv(4096).startswith(b"HTTP/1.1 200")
         # Reads nothing more: production must pause on the full buffers.
-        time.sleep(3)
+        wait_until(
+            lambda: redis_client.hget(REPORTS_KEY, "paused"),
+            "production pauses for the reader",
+        )
         sock.close()
-        deadline = time.monotonic() + 15
-        while not redis_client.hget(REPORTS_KEY, "abandoned"):
-            assert time.monotonic() < deadline, redis_client.hgetall(REPORTS_KEY)
-            time.sleep(0.05)
+        wait_until(
+            lambda: redis_client.hget(REPORTS_KEY, "abandoned"), "production stops"
+        )
         counts = {
             k.decode(): int(v) for k, v in redis_client.hgetall(REPORTS_KEY).items()
         }

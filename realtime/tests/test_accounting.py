@@ -7,14 +7,11 @@ here as a growing set.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-import time
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from channels.testing import WebsocketCommunicator
 from django.test import override_settings
 
 from config.asgi import application
@@ -30,7 +27,8 @@ from realtime.accounting import (
     redis_client,
 )
 from realtime.broadcast import broadcasts_send
-from tests.processes import free_port, start_daphne, stop
+from tests.asgi import Socket
+from tests.processes import await_until, free_port, start_daphne, stop, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 ORIGIN = (b"origin", b"http://127.0.0.1")
@@ -47,8 +45,8 @@ def branch(redis_client):
     return branch
 
 
-async def open_socket() -> WebsocketCommunicator:
-    ws = WebsocketCommunicator(application, "/ws/branches/1/stock/", headers=[ORIGIN])
+async def open_socket() -> Socket:
+    ws = Socket(application, "/ws/branches/1/stock/", headers=[ORIGIN])
     connected, _ = await ws.connect()
     assert connected
     assert (await ws.receive_json_from())["type"] == "snapshot"
@@ -82,11 +80,10 @@ async def test_one_broadcast_to_three_sockets_counts_one_sent_three_delivered(br
     for ws in sockets:
         assert (await ws.receive_json_from(timeout=5))["version"] == 9
     # The delivery is counted just after the frame is written.
-    for _ in range(100):
-        counts = await sync_to_async(counters_read)([GROUP])
-        if counts[GROUP]["deliveries"] == 3:
-            break
-        await asyncio.sleep(0.02)
+    await await_until(
+        lambda: counters_read([GROUP])[GROUP]["deliveries"] >= 3, "3 deliveries"
+    )
+    counts = await sync_to_async(counters_read)([GROUP])
     assert counts == {GROUP: {"broadcasts": 1, "deliveries": 3}}
     for ws in sockets:
         await ws.disconnect()
@@ -106,12 +103,10 @@ async def test_a_loan_through_the_outbox_counts_one_broadcast_per_branch(branch)
     update = await ws.receive_json_from(timeout=5)
     assert (update["type"], update["on_shelf"]) == ("update", 4)
     # The consumer counts the delivery just after writing the frame.
-    deadline = time.monotonic() + 5
-    while True:
-        counts = await sync_to_async(counters_read)([GROUP])
-        if counts[GROUP]["deliveries"] or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.02)
+    await await_until(
+        lambda: counters_read([GROUP])[GROUP]["deliveries"] >= 1, "the delivery"
+    )
+    counts = await sync_to_async(counters_read)([GROUP])
     assert counts == {GROUP: {"broadcasts": 1, "deliveries": 1}}
     await ws.disconnect()
 
@@ -175,10 +170,8 @@ def test_real_server_releases_members_of_closed_and_dropped_sockets(branch):
                 ws.close()
             else:
                 ws.abort()  # vanishes without a closing handshake
-        deadline = time.monotonic() + 10
-        while group_size(GROUP) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert group_size(GROUP) == 0
+        # The server releases them as it notices each close or drop.
+        wait_until(lambda: group_size(GROUP) == 0, "every member released")
     finally:
         stop(process)
 

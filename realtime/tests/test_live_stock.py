@@ -83,9 +83,7 @@ async def test_foreign_origin_is_refused(branch):
 
 
 async def test_unknown_branch_closes_with_4404(branch):
-    communicator = Socket(
-        application, "/ws/branches/99/stock/", headers=[ORIGIN]
-    )
+    communicator = Socket(application, "/ws/branches/99/stock/", headers=[ORIGIN])
     connected, code = await communicator.connect()
     assert (connected, code) == (False, 4404)
 

@@ -48,9 +48,7 @@ def signed_in(*, may_correct: bool = True) -> tuple[User, Client]:
 
 async def open_socket(client: Client) -> Socket:
     cookie = (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
-    ws = Socket(
-        application, "/ws/branches/1/stock/", headers=[ORIGIN, cookie]
-    )
+    ws = Socket(application, "/ws/branches/1/stock/", headers=[ORIGIN, cookie])
     connected, _ = await ws.connect()
     assert connected
     assert (await ws.receive_json_from())["type"] == "snapshot"

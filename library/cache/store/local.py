@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Final
 
 from library.cache.metrics import metrics_record
@@ -20,10 +21,19 @@ class LocalTier:
     value may get. Bytes, not objects, are kept: every caller decodes its own copy
     and cannot change what the next caller sees. Least recently used entries go
     first when the bound is reached.
+
+    ``clock`` (seconds, monotonic) dates the entries; a test passes its own to
+    step across an expiry exactly instead of sleeping past it.
     """
 
-    def __init__(self, max_entries: int = LOCAL_MAX_ENTRIES) -> None:
+    def __init__(
+        self,
+        max_entries: int = LOCAL_MAX_ENTRIES,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_entries = max_entries
+        self.clock = clock
         self._entries: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -33,7 +43,7 @@ class LocalTier:
             entry = self._entries.get(key)
             if entry is None:
                 return None
-            if entry[0] <= time.monotonic():
+            if entry[0] <= self.clock():
                 del self._entries[key]
                 expired = True
             else:
@@ -47,7 +57,7 @@ class LocalTier:
         """Keep ``data`` for ``lifetime_s`` seconds, dropping the oldest if full."""
         evicted = 0
         with self._lock:
-            self._entries[key] = (time.monotonic() + lifetime_s, data)
+            self._entries[key] = (self.clock() + lifetime_s, data)
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)

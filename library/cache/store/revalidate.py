@@ -42,14 +42,16 @@ T = TypeVar("T")
 # The stored form is {"f": <fresh until, ms since the epoch>, "v": <value>}. The entry
 # lives fresh_s + stale_s in Redis; past "f" it is still served, and one refresh runs.
 # "f" is wall-clock time, so the processes sharing a Redis need synchronised clocks
-# (NTP); a skew of a second shifts the fresh/stale boundary by that second.
+# (NTP); a skew of a second shifts the fresh/stale boundary by that second. The
+# ``clock`` of ``stale_while_revalidate`` (``time.time`` unless a test steps its own
+# across the boundary) both stamps "f" and compares against it.
 
 _refreshes: set[threading.Thread] = set()
 _refreshes_lock = threading.Lock()
 
 
-def _envelope(data: bytes, fresh_s: float) -> bytes:
-    fresh_until_ms = round((time.time() + fresh_s) * 1000)
+def _envelope(data: bytes, fresh_s: float, clock: Callable[[], float]) -> bytes:
+    fresh_until_ms = round((clock() + fresh_s) * 1000)
     return b'{"f":%d,"v":%s}' % (fresh_until_ms, data)
 
 
@@ -59,8 +61,8 @@ def _swr_lifetime_ms(fresh_s: float, stale_s: float) -> int:
     return max(1, round(lifetime_capped(fresh_s + stale_s) * 1000))
 
 
-def _is_fresh(entry: dict[str, Any]) -> bool:
-    return bool(time.time() * 1000 < entry["f"])
+def _is_fresh(entry: dict[str, Any], clock: Callable[[], float]) -> bool:
+    return bool(clock() * 1000 < entry["f"])
 
 
 def stale_while_revalidate(
@@ -72,6 +74,7 @@ def stale_while_revalidate(
     stale_s: float,
     lease_ms: int = DEFAULT_LEASE_MS,
     wait_ms: int = DEFAULT_WAIT_MS,
+    clock: Callable[[], float] = time.time,
 ) -> tuple[T, bool]:
     """Return ``(value, stale)`` for ``key``, never waiting for a refresh.
 
@@ -79,6 +82,7 @@ def stale_while_revalidate(
     than ``fresh_s + stale_s``) is returned at once, and one background refresh is
     started across all processes (the single-flight lock decides which caller
     starts it). Without an entry the value is produced now, once (single-flight).
+    ``clock`` is the wall clock (seconds since the epoch) of the fresh-until stamps.
     """
     lifetime_ms = _swr_lifetime_ms(fresh_s, stale_s)
     if not cache_enabled():
@@ -95,7 +99,7 @@ def stale_while_revalidate(
     if raw is not None:
         data = cast(bytes, raw)
         entry = decode(data)
-        if _is_fresh(entry):
+        if _is_fresh(entry, clock):
             metrics_record(
                 namespace, hits=1, hit_bytes=len(data), cache_ms_total=lookup_ms
             )
@@ -107,12 +111,12 @@ def stale_while_revalidate(
             hit_bytes=len(data),
             cache_ms_total=lookup_ms,
         )
-        _refresh_start(key, namespace, produce, fresh_s, lifetime_ms, lease_ms)
+        _refresh_start(key, namespace, produce, fresh_s, lifetime_ms, lease_ms, clock)
         return cast(T, entry["v"]), True
     produce_bytes = measured(produce, namespace)
 
     def produce_envelope() -> bytes:
-        return _envelope(produce_bytes(), fresh_s)
+        return _envelope(produce_bytes(), fresh_s, clock)
 
     data, _ = single_flight(
         key,
@@ -134,6 +138,7 @@ def _refresh_start(
     fresh_s: float,
     lifetime_ms: int,
     lease_ms: int,
+    clock: Callable[[], float],
 ) -> None:
     """Start the background refresh of ``key`` unless some process already has."""
     try:
@@ -145,7 +150,7 @@ def _refresh_start(
         return  # a refresh is running somewhere; the stale value serves until then
     thread = threading.Thread(
         target=_refresh,
-        args=(key, lock, namespace, produce, fresh_s, lifetime_ms),
+        args=(key, lock, namespace, produce, fresh_s, lifetime_ms, clock),
         name=f"cache-refresh {key}",
         daemon=True,
     )
@@ -161,6 +166,7 @@ def _refresh(
     produce: Callable[[], T],
     fresh_s: float,
     lifetime_ms: int,
+    clock: Callable[[], float],
 ) -> None:
     """Produce and store a fresh entry, holding the lock taken by ``_refresh_start``.
 
@@ -172,9 +178,9 @@ def _refresh(
     """
     try:
         raw = cache_redis().get(key)
-        if raw is not None and _is_fresh(decode(cast(bytes, raw))):
+        if raw is not None and _is_fresh(decode(cast(bytes, raw)), clock):
             return
-        data = _envelope(measured(produce, namespace)(), fresh_s)
+        data = _envelope(measured(produce, namespace)(), fresh_s, clock)
         cache_redis().set(key, data, px=lifetime_ms)
         metrics_record(namespace, sets=1)
     except redis.RedisError as error:
