@@ -395,6 +395,101 @@ def percentile(values: Sequence[float], p: float) -> float:
     return float(ordered[rank - 1])
 
 
+# --- Where the CPU went ---------------------------------------------------------
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat_fields(pid: int | str) -> tuple[str, list[str]] | None:
+    """Return (command name, the fields after it) of /proc/<pid>/stat, if it exists."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    head, _, rest = text.rpartition(")")
+    return head.partition("(")[2], rest.split()
+
+
+def _process_cpu_s(pid: int, *, children: bool) -> float:
+    """CPU seconds of a process; with ``children``, of the children it reaped too.
+
+    An rq worker reaps each work-horse it forks, so its children's time is the jobs'.
+    """
+    fields = _stat_fields(pid)
+    if fields is None:
+        return 0.0
+    values = fields[1]
+    # After the name: state is field 0, utime 11, stime 12, cutime 13, cstime 14.
+    ticks = int(values[11]) + int(values[12])
+    if children:
+        ticks += int(values[13]) + int(values[14])
+    return ticks / _TICKS_PER_S
+
+
+def _postgres_cpu_s() -> float:
+    """CPU seconds of every PostgreSQL process (reaped backends' in the postmaster)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(entry.name)
+        if fields is not None and fields[0] == "postgres":
+            total += _process_cpu_s(int(entry.name), children=True)
+    return total
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine spent busy (all cores), from /proc/stat."""
+    try:
+        cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, cpu[:8])
+    return (user + nice + system + irq + softirq + steal) / _TICKS_PER_S
+
+
+@dataclass
+class CpuMeter:
+    """Where the machine's CPU went between ``start`` and ``stop``.
+
+    Splits it into this process (the load's issuer), the named children (their
+    reaped work-horses included), PostgreSQL, and the rest of the machine, so a
+    report can say which of them a rate was bound by.
+    """
+
+    pids: dict[str, list[int]]
+    _before: dict[str, float] = field(default_factory=dict)
+    _began: float = 0.0
+
+    def _sample(self) -> dict[str, float]:
+        sample = {"this process": _process_cpu_s(os.getpid(), children=False)}
+        for name, pids in self.pids.items():
+            # Reaped children in their parent's count, living ones (a work-horse
+            # mid-job) on their own: a job straddling a sample is counted once.
+            living = [child for pid in pids for child, _ in _descendants(pid)]
+            sample[name] = sum(
+                _process_cpu_s(pid, children=True) for pid in pids
+            ) + sum(_process_cpu_s(pid, children=False) for pid in living)
+        sample["PostgreSQL"] = _postgres_cpu_s()
+        sample["machine"] = _machine_busy_s()
+        return sample
+
+    def start(self) -> None:
+        self._before, self._began = self._sample(), time.monotonic()
+
+    def stop(self) -> dict[str, float]:
+        """Return CPU seconds per part, ``other``, ``machine`` and ``capacity``.
+
+        ``capacity`` is wall time times cores: what the machine could have given.
+        """
+        after, wall = self._sample(), time.monotonic() - self._began
+        used = {name: after[name] - self._before[name] for name in after}
+        parts = sum(v for name, v in used.items() if name != "machine")
+        used["other"] = max(0.0, used["machine"] - parts)
+        used["capacity"] = wall * (os.cpu_count() or 1)
+        return {name: round(value, 2) for name, value in used.items()}
+
+
 def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 

@@ -29,6 +29,7 @@ from typing import Any
 from bench.common import (
     BenchError,
     Children,
+    CpuMeter,
     baseline_worker,
     flush_bench_redis,
     format_table,
@@ -345,6 +346,8 @@ class LatencyResult:
     drained_after_s: float | None
     missing_effects: int
     missing_notifications: int
+    # CPU seconds while the load was issued, per part (bench.common.CpuMeter).
+    cpu_s: dict[str, float]
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -374,7 +377,15 @@ def latency(
     children.start("latency-scheduler", manage("scheduler"))
     wait_for_workers("messaging", params.workers, children)
     count = max(1, round(params.rate * params.duration))
+    meter = CpuMeter(
+        {
+            "workers": [children.processes[name].pid for name in names],
+            "scheduler": [children.processes["latency-scheduler"].pid],
+        }
+    )
+    meter.start()
     elapsed = issue_steadily(count, params, ids, loan_issue)
+    cpu_s = meter.stop()
     load_stopped = utcnow()
     expected = count * effects_per_loan()
     # Not required: effects still missing after a minute are the result, not an error.
@@ -419,6 +430,7 @@ def latency(
         drained_after_s=round(max(0.0, drained), 3) if not missing else None,
         missing_effects=missing,
         missing_notifications=count - len(notified),
+        cpu_s=cpu_s,
     )
 
 
@@ -620,9 +632,27 @@ def text_report(result: dict[str, Any]) -> str:
             + ("never (see missing effects)" if drained is None else f"{drained:g} s"),
             f"missing effects at the end: {lat['missing_effects']}"
             f" (notifications: {lat['missing_notifications']})",
+            *cpu_lines(lat.get("cpu_s")),
             *([f"targets: {verdicts}"] if verdicts else []),
         ]
     )
+
+
+def cpu_lines(cpu_s: dict[str, float] | None) -> list[str]:
+    """Where the CPU went while the load was issued: what a short rate was bound by."""
+    if not cpu_s:
+        return []  # a run recorded before the meter existed
+    capacity = cpu_s["capacity"]
+    parts = [name for name in cpu_s if name not in ("machine", "capacity")]
+    shares = ", ".join(
+        f"{'issuer (this process)' if name == 'this process' else name}"
+        f" {cpu_s[name]:.1f} s ({cpu_s[name] / capacity:.0%})"
+        for name in parts
+    )
+    return [
+        f"CPU while issuing: {cpu_s['machine']:.1f} of {capacity:.1f} core-seconds"
+        f" busy ({cpu_s['machine'] / capacity:.0%}): {shares}"
+    ]
 
 
 def markdown_report(document: dict[str, Any]) -> str:
