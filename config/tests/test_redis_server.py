@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from config.redis_server import (
     stop_embedded,
     with_db,
 )
+from tests.processes import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -149,14 +149,13 @@ def test_worker_started_by_hand_shares_the_embedded_server(tmp_path):
             ).stdout.split()[-1]
             sock = embedded_socket_path(tmp_path / "redis")
             client = redis.Redis(unix_socket_path=str(sock), db=3)
-            deadline = time.monotonic() + 30
-            status = None
-            while time.monotonic() < deadline:
-                status = Job.fetch(job_id, connection=client).get_status()
-                if status == JobStatus.FINISHED:
-                    break
-                time.sleep(0.2)
-            assert status == JobStatus.FINISHED
+            wait_until(
+                lambda: (
+                    Job.fetch(job_id, connection=client).get_status()
+                    == JobStatus.FINISHED
+                ),
+                "the hand-started worker finished the job",
+            )
         finally:
             worker.terminate()
             worker.wait(timeout=30)

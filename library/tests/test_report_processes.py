@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -20,6 +19,7 @@ from course.labs.harness.live import child_pids
 from jobs.models import JobStatus
 from library import report
 from library.tests.test_report import LOANS, make_loans, row
+from tests.processes import wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -28,11 +28,7 @@ TIMEOUT_S = 120.0
 
 
 def wait_for(check, what: str, timeout: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    wait_until(check, what, deadline_s=timeout)
 
 
 def processed(job: JobStatus) -> int:

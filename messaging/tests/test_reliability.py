@@ -20,7 +20,7 @@ from library.models import Book, Branch, Loan, Member, Notification
 from library.services import loan_issue
 from messaging.models import DeadLetter, Delivery, OutboxMessage
 from messaging.registry import subscriptions_for
-from tests.processes import ROOT, child_env, start_manage
+from tests.processes import ROOT, child_env, start_manage, wait_until
 
 # Claims differ by database (SKIP LOCKED, compare-and-set): killed on each.
 pytestmark = [
@@ -59,20 +59,18 @@ def make_library(books: int, members: int) -> None:
     )
 
 
-def wait_until_settled(timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        # Settled: every message relayed and no delivery pending. (Deliveries alone
-        # are not enough: messages not relayed yet have none.)
-        if (
-            not OutboxMessage.objects.filter(relayed_at__isnull=True).exists()
-            and not Delivery.objects.filter(status="pending").exists()
-            and Delivery.objects.exists()
-        ):
-            return
-        time.sleep(0.5)
-    left = Delivery.objects.filter(status="pending").count()
-    raise AssertionError(f"{left} deliveries still pending after {timeout} s")
+def settled() -> bool:
+    """Every message relayed and no delivery pending. (Deliveries alone are not
+    enough: messages not relayed yet have none.)"""
+    return (
+        not OutboxMessage.objects.filter(relayed_at__isnull=True).exists()
+        and not Delivery.objects.filter(status="pending").exists()
+        and Delivery.objects.exists()
+    )
+
+
+def wait_until_settled(deadline_s: float) -> None:
+    wait_until(settled, "every delivery done or dead", deadline_s=deadline_s)
 
 
 def test_sigkilled_workers_leave_exactly_one_notification_per_loan(redis_client):
@@ -96,7 +94,7 @@ def test_sigkilled_workers_leave_exactly_one_notification_per_loan(redis_client)
             kill_group(workers[victim])
             workers[victim] = start("rqworker", "messaging")
             kills += 1
-        wait_until_settled(timeout=240)
+        wait_until_settled(deadline_s=240)
     finally:
         for process in [*workers, scheduler]:
             kill_group(process)
@@ -119,12 +117,12 @@ def test_redis_flushed_mid_run_delays_but_loses_nothing(redis_client):
     worker = start("rqworker", "messaging")
     scheduler = start("scheduler")  # its sweep finds the unrelayed messages
     try:
-        wait_until_settled(timeout=60)
+        wait_until_settled(deadline_s=120)
         for n in range(20):  # and the system keeps working after the loss
             loan_issue(book_id=n % 10 + 1, member_id=1)
         redis_client.flushdb()
         time.sleep(0.2)
-        wait_until_settled(timeout=60)
+        wait_until_settled(deadline_s=120)
     finally:
         kill_group(worker)
         kill_group(scheduler)
@@ -169,19 +167,18 @@ def test_message_that_kills_its_worker_is_isolated_and_others_flow(
     copies = len(subscriptions_for("loan_issued"))
     worker = start_poisonable()
     scheduler = start("scheduler")
+
+    def supervised_until_settled() -> bool:
+        nonlocal worker
+        if worker.poll() is not None:  # killed by the poison: a supervisor restarts it
+            worker = start_poisonable()
+        return Delivery.objects.count() == 10 * copies and not (
+            Delivery.objects.filter(status="pending").exists()
+        )
+
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if (
-                worker.poll() is not None
-            ):  # killed by the poison: a supervisor restarts it
-                worker = start_poisonable()
-            settled = Delivery.objects.count() == 10 * copies and not (
-                Delivery.objects.filter(status="pending").exists()
-            )
-            if settled:
-                break
-            time.sleep(0.3)
+        # Each death costs a lease and a worker's start: generous, for a loaded machine.
+        wait_until(supervised_until_settled, "the poison isolated", deadline_s=240)
     finally:
         kill_group(worker)
         kill_group(scheduler)

@@ -6,7 +6,6 @@ set short; the others read a real daphne with httpx's streaming client.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -28,7 +27,14 @@ from messaging.models import LogRetention, OutboxMessage
 from realtime.polling import LOG_GRACE
 from realtime.sse import STREAMS
 from tests.asgi import http_scope
-from tests.processes import child_env, free_port, start_daphne, stop, wait_until
+from tests.processes import (
+    await_until,
+    child_env,
+    free_port,
+    start_daphne,
+    stop,
+    wait_until,
+)
 
 # PostgreSQL reads the log behind a commit grace, SQLite does not: streams on each.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.each_database]
@@ -291,10 +297,7 @@ def test_vanished_clients_leave_no_stream_and_idle_streams_hold_no_connection(
             stream.__exit__(None, None, None)
         for one in clients:
             one.close()
-    deadline = time.monotonic() + 10
-    while metrics(client)["open_streams"] != 0 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert metrics(client)["open_streams"] == 0
+    wait_until(lambda: metrics(client)["open_streams"] == 0, "every stream closed")
     assert metrics(client)["streams_started"] == 20
 
 
@@ -327,10 +330,7 @@ async def test_heartbeat_comes_at_a_random_interval_and_disconnect_stops_it(job)
     assert all(0.1 <= gap < 0.6 for gap in gaps), gaps
     assert sum(gaps) >= 3 * 0.19, gaps
     await app.send_input({"type": "http.disconnect"})
-    deadline = time.monotonic() + 5
-    while STREAMS.open and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert STREAMS.open == 0
+    await await_until(lambda: STREAMS.open == 0, "the stream closed")
     await app.wait(timeout=5)
 
 
