@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from course.instruments.processes import (
@@ -22,6 +23,7 @@ __all__ = [
     "ROOT",
     "child_env",
     "free_port",
+    "lab_daphne",
     "manage",
     "start_daphne",
     "stop",
@@ -110,6 +112,20 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             kill_group(process)
+
+
+@contextlib.contextmanager
+def lab_daphne() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """A daphne with the lab routes on, for as long as the block runs.
+
+    The tests that use it read ``/realtime/metrics`` signed out, as the labs do.
+    """
+    port = free_port()
+    process = start_daphne(port, env={**child_env(), "LIBRARY_LAB_ROUTES": "on"})
+    try:
+        yield port, process
+    finally:
+        stop(process)
 
 
 def start_daphne(

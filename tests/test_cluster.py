@@ -58,18 +58,17 @@ from unittest import mock
 import httpx
 import pytest
 import websockets
-from django.contrib.auth import get_user_model
 from django.db import connection
 from websockets.typing import Origin
 
 from course.instruments.processes import kill_group
 from library.models import Book, Branch, Loan, Member
-from library.permissions import ISSUE_LOAN, permission_get
 from library.selectors.stock import branch_stock_state
 from library.services import loan_issue
 from messaging.models import OutboxMessage
 from realtime import broadcast
 from realtime.sse import BRANCH_TYPES
+from tests.people import DESK_PASSWORD, desk_user
 from tests.processes import (
     ROOT,
     child_env,
@@ -84,7 +83,7 @@ from tests.processes import (
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 HAPROXY = "/usr/sbin/haproxy"
-PASSWORD = "correct-horse-battery"
+PASSWORD = DESK_PASSWORD
 BRANCH = 1
 BOOKS = 3
 COPIES = 10
@@ -112,10 +111,7 @@ def library(redis_client) -> Branch:
     Member.objects.create(
         id=1, first_name="Ada", last_name="L", registered_at=datetime.date(2024, 1, 1)
     )
-    desk = get_user_model().objects.create_user(
-        "desk", password=PASSWORD, is_staff=True
-    )
-    desk.user_permissions.add(permission_get(ISSUE_LOAN))
+    desk_user()
     return branch
 
 

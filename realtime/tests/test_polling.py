@@ -15,7 +15,10 @@ from jobs.models import JobStatus
 from jobs.services import jobstatus_create, jobstatus_progress
 from realtime.polling import counters_read
 from realtime.views import job_wait
-from tests.processes import child_env, free_port, start_daphne, stop, wait_until
+from tests.processes import (
+    lab_daphne,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -27,17 +30,14 @@ def job(redis_client) -> JobStatus:
 
 @pytest.fixture
 def server(job):
-    port = free_port()
-    # Lab routes on: the tests read /realtime/metrics signed out, as the labs do.
-    process = start_daphne(port, env={**child_env(), "LIBRARY_LAB_ROUTES": "on"})
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            # The first request loads the URLconf and opens a database connection;
-            # the tests time the ones after it.
-            client.get(f"/realtime/jobs/{job.pk}/status?version=0")
-            yield client
-    finally:
-        stop(process)
+    with (
+        lab_daphne() as (port, _),
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client,
+    ):
+        # The first request loads the URLconf and opens a database connection;
+        # the tests time the ones after it.
+        client.get(f"/realtime/jobs/{job.pk}/status?version=0")
+        yield client
 
 
 def delta(before: dict[str, int]) -> dict[str, int]:

@@ -31,6 +31,7 @@ from tests.processes import (
     await_until,
     child_env,
     free_port,
+    lab_daphne,
     start_daphne,
     stop,
     wait_until,
@@ -56,13 +57,8 @@ def job(library) -> JobStatus:
 
 @pytest.fixture
 def daphne(job):
-    port = free_port()
-    # Lab routes on: the tests read /realtime/metrics signed out, as the labs do.
-    process = start_daphne(port, env={**child_env(), "LIBRARY_LAB_ROUTES": "on"})
-    try:
-        yield port, process
-    finally:
-        stop(process)
+    with lab_daphne() as served:
+        yield served
 
 
 @pytest.fixture

@@ -17,7 +17,10 @@ from django.db import connection
 from jobs.services import jobstatus_create
 from library.models import Book, Branch
 from library.services import stock_correct
-from tests.processes import child_env, free_port, start_daphne, stop, wait_until
+from tests.processes import (
+    lab_daphne,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -53,12 +56,8 @@ async def _until(reader: asyncio.StreamReader, marker: bytes) -> bytes:
 def daphne(redis_client):
     Branch.objects.create(id=1, name="Central", city="Ankara")
     Book.objects.create(id=1, title="Dune", author="Herbert", branch_id=1, on_shelf=2)
-    port = free_port()
-    process = start_daphne(port, env={**child_env(), "LIBRARY_LAB_ROUTES": "on"})
-    try:
-        yield port, process
-    finally:
-        stop(process)
+    with lab_daphne() as served:
+        yield served
 
 
 def _skip_offsets(count: int) -> None:

@@ -15,16 +15,15 @@ import time
 import httpx
 import pytest
 import websockets
-from django.contrib.auth import get_user_model
 from websockets.typing import Origin
 
 from library.models import Book, Branch, Member
-from library.permissions import ISSUE_LOAN, permission_get
 from tests.browser import needs_chromium
+from tests.people import DESK_PASSWORD, desk_user
 from tests.processes import free_port, start_daphne, start_manage, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
-PASSWORD = "correct-horse-battery"
+PASSWORD = DESK_PASSWORD
 
 
 @pytest.fixture
@@ -35,10 +34,7 @@ def library(transactional_db):
     Member.objects.create(
         id=1, first_name="Ada", last_name="L", registered_at=datetime.date(2024, 1, 1)
     )
-    desk = get_user_model().objects.create_user(
-        "desk", password=PASSWORD, is_staff=True
-    )
-    desk.user_permissions.add(permission_get(ISSUE_LOAN))
+    desk_user()
     return branch
 
 
