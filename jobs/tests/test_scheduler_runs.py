@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from jobs.locks import LeaseLock
+from jobs.management.commands.scheduler import Command
 from jobs.models import JobStatus, ScheduledTaskState
 from jobs.scheduler import (
     TASKS_BY_NAME,
@@ -36,10 +37,16 @@ def queued_runs() -> list[tuple[str, str]]:
     )
 
 
-def pass_once(capture) -> None:
+# The passes' clock, so no slot falls due between two passes of a test (the real
+# clock crossed a 5-minute boundary once: the sandbox sweep came due in between).
+PASS_AT = datetime.datetime(2026, 2, 1, 5, 50, 30, tzinfo=UTC)
+
+
+def pass_once(capture, now: datetime.datetime = PASS_AT) -> None:
+    """One pass of the scheduler process at ``now``."""
     # COMMIT_MODE=on_db_commit: the enqueue waits for the test transaction's "commit".
     with capture(execute=True):
-        call_command("scheduler", "--once")
+        Command().step(now=now)
 
 
 # --- the scheduler's pass ------------------------------------------------------------
@@ -49,7 +56,8 @@ def test_first_pass_schedules_every_task_without_running_any(
     redis_client, django_capture_on_commit_callbacks
 ):
     before = timezone.now()
-    pass_once(django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("scheduler", "--once")  # the command itself, on the real clock
     assert queued_runs() == []
     states = {s.name: s for s in ScheduledTaskState.objects.all()}
     assert set(states) == {task.name for task in periodic_tasks()}
@@ -126,7 +134,7 @@ def test_inline_task_runs_in_the_scheduler_itself(
 ):
     pass_once(django_capture_on_commit_callbacks)
     ScheduledTaskState.objects.filter(name="messaging_sweep").update(
-        next_run_at=timezone.now() - datetime.timedelta(seconds=1)
+        next_run_at=PASS_AT - datetime.timedelta(seconds=1)
     )
     pass_once(django_capture_on_commit_callbacks)
     sweep = ScheduledTaskState.objects.get(name="messaging_sweep")
