@@ -92,16 +92,17 @@ def test_publish_subscribe_live_copies_isolation_filters_and_the_late_subscriber
     # 150 ms a copy, one at a time: a backlog from the first round on.
     assert int(slow[0][2].split("/")[1]) >= 1
     if connection.vendor == "postgresql":
-        # The isolation the lesson measures: lab_probe keeps up, round after round,
-        # while lab_slow's backlog grows. On SQLite the slow handler's sleep holds the
-        # one write lock (see the lab). A round is 300 ms of wall time for relay,
-        # fork and four transactions, so one round on a loaded machine may end
-        # before them; the rest may not.
-        kept_up = [
-            row[1] == f"{4 * row[0]}/0" and row[3] is not None and row[5] == 0
-            for row in slow
-        ]
-        assert kept_up.count(False) <= 1, slow
+        # The isolation the lesson measures: lab_slow's backlog grows while it does
+        # not hold lab_probe back. Not "lab_probe is done within each 300 ms round":
+        # a loaded machine made three rounds late in one CI run, which says how
+        # busy the machine was, not that the lanes share a queue. What load does not
+        # change: lab_slow does at most one copy per 150 ms (asserted above), so
+        # unless it blocks lab_probe, lab_probe ends the rounds ahead of it. (On
+        # SQLite the slow handler's sleep holds the one write lock: see the lab.)
+        probe_done, lagging_done = (
+            [int(row[column].split("/")[0]) for row in slow] for column in (1, 2)
+        )
+        assert probe_done[-1] > lagging_done[-1], slow
         assert int(slow[-1][2].split("/")[1]) > 0  # while lab_slow still lags
     published, fast_done, slow_done, drained_ms = rows(tables, "live_slow_drained")[0]
     assert (published, fast_done, slow_done) == (24, 24, 24)
