@@ -115,16 +115,21 @@ def test_a_displaced_job_a_worker_already_took_is_not_run(queue):
     assert buffer_stats(queue.connection, "bp-test")["skipped"] == 1
 
 
-def test_block_holds_the_producer_until_a_worker_makes_room(queue):
-    clock = PollClock(0.25, gated=True)
-    bounded = BoundedQueue(
+def blocking_on(queue, clock, *, timeout_s: float) -> BoundedQueue:
+    """A one-place queue whose blocked producer waits on ``clock``, not real time."""
+    return BoundedQueue(
         queue,
         capacity=1,
         policy="block",
-        block_timeout_s=20,
+        block_timeout_s=timeout_s,
         clock=clock,
         sleep=clock.sleep,
     )
+
+
+def test_block_holds_the_producer_until_a_worker_makes_room(queue):
+    clock = PollClock(0.25, gated=True)
+    bounded = blocking_on(queue, clock, timeout_s=20)
     assert offer(bounded, 0).outcome == "accepted"
     answers: list[Any] = []
     producer = threading.Thread(target=lambda: answers.append(offer(bounded, 1)))
@@ -152,14 +157,7 @@ def test_block_holds_the_producer_until_a_worker_makes_room(queue):
 
 def test_block_gives_up_after_its_timeout(queue):
     clock = PollClock(0.0625)
-    bounded = BoundedQueue(
-        queue,
-        capacity=1,
-        policy="block",
-        block_timeout_s=0.25,
-        clock=clock,
-        sleep=clock.sleep,
-    )
+    bounded = blocking_on(queue, clock, timeout_s=0.25)
     offer(bounded, 0)
     answer = offer(bounded, 1)
     assert answer.outcome == "dropped"
