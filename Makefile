@@ -77,14 +77,14 @@ cluster: .env haproxy
 # Two xdist workers, one per core: each has its own test database (pytest-django's
 # suffix) and Redis database (config/settings_test.py); processes take free ports.
 test: venv browser haproxy
-	bash scripts/pytest.sh -n 2
+	bash scripts/pytest.sh -n 2 --durations=12
 
 # The edit loop: no process, no browser (they run in `make test`), on both cores.
 test-fast: venv
 	bash scripts/pytest.sh -q -n 2 -m "not processes and not browser"
 
 test-postgres: venv browser haproxy
-	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/library} bash scripts/pytest.sh -n 2
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/library} bash scripts/pytest.sh -n 2 --durations=12
 
 # The import contracts (pyproject.toml) hold the layout's arrows; `check` runs the
 # system checks (a subscription whose handler does not resolve fails there).

@@ -64,9 +64,12 @@ def test_live_pool_and_supervision_on_real_workers(redis_client):
     params = lab.validate({"jobs": 8, "job_ms": 200, "workers": [1, 4]})
     tables = lab.run(params, live=True)["tables"]
     pool = {row[0]: row for row in tables["live_pool"]["rows"]}
-    # Slices are rounded down from measured time, and each job also pays for rq's
-    # fork of a work horse: a loaded machine may add a slice or two.
-    assert pool[1][2] in (8, 9, 10)
-    assert pool[4][2] in (2, 3, 4)
+    # Slices are rounded down from measured time. A job sleeps its 200 ms, so no
+    # machine can do better than the lesson's count; a loaded one only adds forks
+    # and waits, so the upper side is asserted as what load cannot undo: four
+    # pulling workers finish in at most half the time of one.
+    assert pool[1][2] >= 8
+    assert pool[4][2] >= 2
+    assert pool[4][3] * 2 <= pool[1][3]
     assert pool[4][4] == 4  # every worker process took jobs (pull-based)
     assert tables["live_supervision"]["rows"] == [["1, 2, 4, 5", "3", 2, 2]]
