@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+from typing import Any
 
-from django.db.models import Count, F, Q
+from django.db.models import Count, F, Min, Q, Subquery
 from django.utils import timezone
 
 from messaging.models import Delivery, PartitionLease
@@ -63,17 +64,33 @@ def _ensure_leases(subscription: Subscription) -> None:
     )
 
 
-def _head(subscription: str, partition: int) -> Delivery | None:
-    return (
+def _pending(subscription: str, partition: int) -> Any:
+    return Delivery.objects.filter(
+        subscription=subscription, partition=partition, status=Delivery.Status.PENDING
+    )
+
+
+def _heads(subscription: str) -> dict[int, Delivery]:
+    """Return the oldest pending delivery of each partition that has one.
+
+    One statement for every partition (the partial index on subscription, partition
+    and message answers the inner minimum), where a query per partition cost a
+    round trip for each on every pass of a drain, empty or not.
+    """
+    oldest = (
         Delivery.objects.filter(
             subscription=subscription,
-            partition=partition,
             status=Delivery.Status.PENDING,
+            partition__isnull=False,
         )
-        .select_related("message")
-        .order_by("message_id")
-        .first()
+        .values("partition")
+        .annotate(first=Min("message_id"))
+        .values("first")
     )
+    heads = Delivery.objects.filter(
+        subscription=subscription, message_id__in=Subquery(oldest)
+    )
+    return {head.partition: head for head in heads if head.partition is not None}
 
 
 def _head_ready(head: Delivery | None, now: datetime.datetime) -> bool:
@@ -91,10 +108,13 @@ def partition_work(now: datetime.datetime, *, lane: str = "main") -> bool:
     """Return whether some partition of ``lane`` has a head ready and a free lease."""
     for subscription in partitioned_subscriptions(lane):
         _ensure_leases(subscription)
-        free = PartitionLease.objects.filter(
-            _lease_free(now), subscription=subscription.name
-        ).values_list("partition", flat=True)
-        if any(_head_ready(_head(subscription.name, p), now) for p in free):
+        ready = [p for p, h in _heads(subscription.name).items() if _head_ready(h, now)]
+        if (
+            ready
+            and PartitionLease.objects.filter(
+                _lease_free(now), subscription=subscription.name, partition__in=ready
+            ).exists()
+        ):
             return True
     return False
 
@@ -105,19 +125,23 @@ def partitions_drain(
     """Give each free partition of ``lane`` with a ready head a turn."""
     outcomes: list[Outcome] = []
     for subscription in partitioned_subscriptions(lane):
-        _ensure_leases(subscription)
-        for partition in range(subscription.partitions):
+        heads = _heads(subscription.name)
+        for partition in sorted(heads):
             if timezone.now() >= deadline:
                 return outcomes
-            if not _head_ready(_head(subscription.name, partition), timezone.now()):
+            if not _head_ready(heads[partition], timezone.now()):
                 continue
             if not _lease_take(subscription, partition, owner):
                 continue
+            done: list[Outcome] = []
+            uncounted = 0
             try:
-                outcomes += _turn(subscription, partition, owner, deadline)
+                done, uncounted = _turn(subscription, partition, owner, deadline)
             finally:
-                _lease_release(subscription.name, partition, owner)
-        after_batch_run({subscription.name})
+                _lease_release(subscription.name, partition, owner, uncounted)
+            outcomes += done
+        if heads:
+            after_batch_run({subscription.name})
     return outcomes
 
 
@@ -126,18 +150,32 @@ def _lease_length(subscription: Subscription) -> datetime.timedelta:
 
 
 def _lease_take(subscription: Subscription, partition: int, owner: str) -> bool:
-    now = timezone.now()
-    won = PartitionLease.objects.filter(
-        _lease_free(now), subscription=subscription.name, partition=partition
-    ).update(owner=owner, leased_until=now + _lease_length(subscription))
-    return won == 1
+    """Take the partition's lease if it is free; its row is created the first time."""
+    for _ in range(2):
+        now = timezone.now()
+        won = PartitionLease.objects.filter(
+            _lease_free(now), subscription=subscription.name, partition=partition
+        ).update(owner=owner, leased_until=now + _lease_length(subscription))
+        if won:
+            return True
+        # Taken by another worker, or no row yet: only the latter is worth a retry.
+        # Looking on a failed take, not before every one, keeps a pass one
+        # statement shorter.
+        have = PartitionLease.objects.filter(subscription=subscription.name).count()
+        if have >= subscription.partitions:
+            return False
+        _ensure_leases(subscription)
+    return False
 
 
-def _lease_release(subscription: str, partition: int, owner: str) -> None:
-    # Owner-checked: a worker whose lease ran out must not free its successor's.
+def _lease_release(subscription: str, partition: int, owner: str, done: int) -> None:
+    """Free the lease, counting the turn's last ``done`` deliveries not yet counted.
+
+    Owner-checked: a worker whose lease ran out must not free its successor's.
+    """
     PartitionLease.objects.filter(
         subscription=subscription, partition=partition, owner=owner
-    ).update(owner="", leased_until=None)
+    ).update(owner="", leased_until=None, processed=F("processed") + done)
 
 
 def _turn(
@@ -145,34 +183,56 @@ def _turn(
     partition: int,
     owner: str,
     deadline: datetime.datetime,
-) -> list[Outcome]:
-    """Process the partition's deliveries in offset order until one must wait."""
+) -> tuple[list[Outcome], int]:
+    """Process the partition's deliveries in offset order until one must wait.
+
+    Returns the outcomes and how many of them no lease renewal has counted yet (the
+    release counts those). A read that shows nothing behind what was just done ends
+    the turn without reading again: at a steady trickle most partitions hold one or
+    two deliveries, and a second look per turn was a statement each.
+    """
     outcomes: list[Outcome] = []
+    counted = 0
+    lease = _lease_length(subscription)
     while len(outcomes) < PARTITION_TURN:
         now = timezone.now()
         if now >= deadline:
             break
-        run = _fresh_run(subscription, partition, now, PARTITION_TURN - len(outcomes))
+        limit = PARTITION_TURN - len(outcomes)
+        rows = _leading(subscription.name, partition, limit)
+        run = _fresh_run(subscription, rows, now)
         if len(run) > 1:
-            grouped = _run_commit(run, owner, now + _lease_length(subscription))
+            grouped = _run_commit(run, owner, now + lease)
             if grouped:
                 outcomes += grouped
-                if not _lease_renew(subscription.name, partition, owner, len(grouped)):
+                if len(run) == len(rows) < limit:
+                    break  # the partition was empty behind the run
+                if not _lease_renew(
+                    subscription.name, partition, owner, len(outcomes) - counted
+                ):
                     break
+                counted = len(outcomes)
                 continue
-        head = _head(subscription.name, partition)
-        if now >= deadline or not _head_ready(head, now):
+            # Given back as it was: read again, for the head's state as it is now.
+            rows = _leading(subscription.name, partition, limit)
+        head = rows[0] if rows else None
+        if not _head_ready(head, now):
             break
         assert head is not None
-        if not _claim_head(head, owner, now + _lease_length(subscription)):
+        if not _claim_head(head, owner, now + lease):
             break
         outcome = delivery_process(head, owner=owner)
         outcomes.append(outcome)
-        if not _lease_renew(subscription.name, partition, owner, 1):
-            break
         if outcome.result in ("retry", "lost_lease"):
             break  # the head waits for its retry, and the partition with it
-    return outcomes
+        if len(rows) == 1 < limit:
+            break  # it was the partition's last
+        if not _lease_renew(
+            subscription.name, partition, owner, len(outcomes) - counted
+        ):
+            break
+        counted = len(outcomes)
+    return outcomes, len(outcomes) - counted
 
 
 def _lease_renew(subscription: str, partition: int, owner: str, done: int) -> bool:
@@ -187,27 +247,24 @@ def _lease_renew(subscription: str, partition: int, owner: str, done: int) -> bo
     return bool(renewed)
 
 
+def _leading(subscription: str, partition: int, limit: int) -> list[Delivery]:
+    """Return up to ``limit`` of the partition's pending deliveries from its head."""
+    pending = _pending(subscription, partition).select_related("message")
+    return list(pending.order_by("message_id")[:limit])
+
+
 def _fresh_run(
-    subscription: Subscription, partition: int, now: datetime.datetime, limit: int
+    subscription: Subscription, rows: list[Delivery], now: datetime.datetime
 ) -> list[Delivery]:
-    """Return the partition's leading deliveries that were never tried, in order.
+    """Return the leading ``rows`` that were never tried and are ready, in order.
 
     Only a run from the head: the first delivery tried before (it may be the one
     that kills workers) or not ready yet ends it, and goes the one-by-one way.
     """
     if subscription.outside:
         return []  # its slow part runs outside any transaction: never in a group
-    pending = (
-        Delivery.objects.filter(
-            subscription=subscription.name,
-            partition=partition,
-            status=Delivery.Status.PENDING,
-        )
-        .select_related("message")
-        .order_by("message_id")[:limit]
-    )
     run: list[Delivery] = []
-    for delivery in pending:
+    for delivery in rows:
         if delivery.attempts or not _head_ready(delivery, now):
             break
         run.append(delivery)

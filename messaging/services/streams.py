@@ -84,11 +84,9 @@ def stream_advance(name: str) -> int:
     """
     if name not in STREAM_CONSUMERS:
         raise KeyError(f"no stream consumer named {name!r}")
-    # Outside the batch's transaction, so a failure can still be recorded on it.
-    StreamConsumer.objects.get_or_create(name=name)
     try:
         try:
-            return _advance(name)
+            return _advance_creating(name)
         except _Unusable as bad:
             # The batch rolled back. Apply what came before the bad message and step
             # past it: a malformed body will never apply, and a stream that stopped
@@ -108,6 +106,21 @@ def stream_advance(name: str) -> int:
         return 0
 
 
+def _advance_creating(name: str) -> int:
+    """``_advance``, creating the consumer's row first if it has none."""
+    try:
+        return _advance(name)
+    except _NoRow:
+        # Created outside the batch's transaction, so a failure can still be
+        # recorded on it; looked for only when missing, not on every pass.
+        StreamConsumer.objects.get_or_create(name=name)
+        return _advance(name)
+
+
+class _NoRow(Exception):
+    """The consumer has no row yet."""
+
+
 class _Unusable(Exception):
     def __init__(self, message_id: int, error: Exception) -> None:
         super().__init__(str(error))
@@ -120,6 +133,8 @@ def _advance(name: str, *, skip: int | None = None, reason: str = "") -> int:
     spec = STREAM_CONSUMERS[name]
     with transaction.atomic():
         consumer = _consumer_locked(name)
+        if consumer is None and not StreamConsumer.objects.filter(name=name).exists():
+            raise _NoRow
         if consumer is None or consumer.state == StreamConsumer.State.TRIMMED:
             return 0
         if consumer.offset + 1 < earliest_offset():

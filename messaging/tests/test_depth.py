@@ -150,6 +150,28 @@ def test_a_partition_is_worked_by_one_lease_holder_at_a_time(library_rows):
     assert set(ledger.values_list("status", flat=True)) == {"done"}
 
 
+def test_each_partition_counts_every_delivery_it_processed_once(
+    library_rows, monkeypatch
+):
+    # Turns of two: counted by the renewals inside a turn, the rest by the release.
+    monkeypatch.setattr(partitions, "PARTITION_TURN", 2)
+    assert not PartitionLease.objects.exists()  # created by the first failed take
+    for on_shelf in range(1, 6):
+        stock_correct(book_id=1, on_shelf=on_shelf)  # partition 1: five in a row
+    stock_correct(book_id=2, on_shelf=2)  # partition 2: one alone
+    messaging_drain(owner="w1", budget_seconds=30)
+    ledger = Delivery.objects.filter(subscription="book_ledger")
+    assert set(ledger.values_list("status", flat=True)) == {"done"}
+    processed = PartitionLease.objects.filter(subscription="book_ledger")
+    assert dict(processed.values_list("partition", "processed")) == {
+        0: 0,
+        1: 5,
+        2: 1,
+        3: 0,
+    }
+    assert not processed.exclude(owner="").exists()  # every lease given back
+
+
 def test_a_malformed_head_blocks_its_partition_until_it_is_dead_lettered(
     library_rows, monkeypatch, steady_jitter
 ):
