@@ -626,7 +626,7 @@ def text_report(result: dict[str, Any]) -> str:
             f"Commit-to-effect latency: {lat['loans']} loans offered at"
             f" {p['rate']:g}/s for {p['duration']:g} s"
             f" (achieved {lat['achieved_rate']:g}/s from"
-            f" {p.get('issuers', 1)} issuing threads), W={p['workers']} + scheduler",
+            f" {_issuing(p.get('issuers', 1))}), W={p['workers']} + scheduler",
             format_table(["ms", "p50", "p90", "p99", "max"], latency_rows),
             "backlog empty after the load stopped: "
             + ("never (see missing effects)" if drained is None else f"{drained:g} s"),
@@ -636,6 +636,10 @@ def text_report(result: dict[str, Any]) -> str:
             *([f"targets: {verdicts}"] if verdicts else []),
         ]
     )
+
+
+def _issuing(threads: int) -> str:
+    return "1 issuing thread" if threads == 1 else f"{threads} issuing threads"
 
 
 def cpu_lines(cpu_s: dict[str, float] | None) -> list[str]:
