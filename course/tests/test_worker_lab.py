@@ -63,7 +63,9 @@ def test_live_pool_and_supervision_on_real_workers(redis_client):
     lab = lab_get(SLUG)
     params = lab.validate({"jobs": 8, "job_ms": 200, "workers": [1, 4]})
     tables = lab.run(params, live=True)["tables"]
-    pool = {row[0]: row for row in tables["live_pool"]["rows"]}
+    pool = {
+        row[0]: [int(str(cell)) for cell in row] for row in tables["live_pool"]["rows"]
+    }
     # Slices are rounded down from measured time. A job sleeps its 200 ms, so no
     # machine can do better than the lesson's count; a loaded one only adds forks
     # and waits, so the upper side is asserted as what load cannot undo: four
