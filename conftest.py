@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
 from collections.abc import Iterator
 
 import pytest
 import redis
+from asgiref.sync import sync_to_async
 from channels.layers import channel_layers
 from django.conf import settings
+from django.db import connections
 
 # Tests that start real processes or a browser prove a behaviour once, on the
 # production database, unless marked ``each_database`` (what they prove differs by
@@ -53,6 +57,22 @@ def _channel_layer_per_test() -> Iterator[None]:
     """
     yield
     channel_layers.backends.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _executor_connections_closed(django_db_setup: None) -> Iterator[None]:
+    """Close what still holds a connection before the test databases go.
+
+    On PostgreSQL a connection left open kept the test database from being dropped
+    at the end ("is being accessed by other users"). Two kinds were left: the one of
+    asgiref's executor thread, where an async test's ``sync_to_async`` calls run
+    (no request wraps them, so nobody closes it), and the ones of threads that have
+    ended, kept from being freed by a reference cycle until a collection. Torn down
+    before ``django_db_setup``, which drops the databases.
+    """
+    yield
+    asyncio.run(sync_to_async(connections.close_all)())
+    gc.collect()
 
 
 @pytest.fixture
