@@ -22,7 +22,7 @@ import datetime
 import logging
 from typing import Any
 
-from django.db.models import Count, F, Min, Q, Subquery
+from django.db.models import Count, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from messaging.models import Delivery, PartitionLease
@@ -70,26 +70,43 @@ def _pending(subscription: str, partition: int) -> Any:
     )
 
 
-def _heads(subscription: str) -> dict[int, Delivery]:
-    """Return the oldest pending delivery of each partition that has one.
+def _free_heads(
+    subscription: Subscription, now: datetime.datetime
+) -> dict[int, Delivery]:
+    """Return the oldest pending delivery of each partition whose lease is free.
 
-    One statement for every partition (the partial index on subscription, partition
-    and message answers the inner minimum), where a query per partition cost a
-    round trip for each on every pass of a drain, empty or not.
+    Two statements whatever the backlog: the lease rows, each with its partition's
+    head found by one probe of the partial index on subscription, partition and
+    message (a LIMIT 1 per partition, never a scan of the backlog), then those
+    heads. It replaced a count of the lease rows and a query per partition on every
+    pass. Missing lease rows are created the first time.
     """
     oldest = (
         Delivery.objects.filter(
-            subscription=subscription,
+            subscription=subscription.name,
+            partition=OuterRef("partition"),
             status=Delivery.Status.PENDING,
-            partition__isnull=False,
         )
-        .values("partition")
-        .annotate(first=Min("message_id"))
-        .values("first")
+        .order_by("message_id")
+        .values("pk")[:1]
     )
-    heads = Delivery.objects.filter(
-        subscription=subscription, message_id__in=Subquery(oldest)
+    leases = PartitionLease.objects.filter(subscription=subscription.name)
+    rows = list(
+        leases.annotate(head=Subquery(oldest)).values_list("head", "leased_until")
     )
+    if len(rows) < subscription.partitions:
+        _ensure_leases(subscription)
+        rows = list(
+            leases.annotate(head=Subquery(oldest)).values_list("head", "leased_until")
+        )
+    free = [
+        head
+        for head, until in rows
+        if head is not None and (until is None or until < now)
+    ]
+    if not free:
+        return {}
+    heads = Delivery.objects.filter(pk__in=free).select_related("message")
     return {head.partition: head for head in heads if head.partition is not None}
 
 
@@ -106,17 +123,11 @@ def _lease_free(now: datetime.datetime) -> Q:
 
 def partition_work(now: datetime.datetime, *, lane: str = "main") -> bool:
     """Return whether some partition of ``lane`` has a head ready and a free lease."""
-    for subscription in partitioned_subscriptions(lane):
-        _ensure_leases(subscription)
-        ready = [p for p, h in _heads(subscription.name).items() if _head_ready(h, now)]
-        if (
-            ready
-            and PartitionLease.objects.filter(
-                _lease_free(now), subscription=subscription.name, partition__in=ready
-            ).exists()
-        ):
-            return True
-    return False
+    return any(
+        _head_ready(head, now)
+        for subscription in partitioned_subscriptions(lane)
+        for head in _free_heads(subscription, now).values()
+    )
 
 
 def partitions_drain(
@@ -125,7 +136,7 @@ def partitions_drain(
     """Give each free partition of ``lane`` with a ready head a turn."""
     outcomes: list[Outcome] = []
     for subscription in partitioned_subscriptions(lane):
-        heads = _heads(subscription.name)
+        heads = _free_heads(subscription, timezone.now())
         for partition in sorted(heads):
             if timezone.now() >= deadline:
                 return outcomes
@@ -150,22 +161,11 @@ def _lease_length(subscription: Subscription) -> datetime.timedelta:
 
 
 def _lease_take(subscription: Subscription, partition: int, owner: str) -> bool:
-    """Take the partition's lease if it is free; its row is created the first time."""
-    for _ in range(2):
-        now = timezone.now()
-        won = PartitionLease.objects.filter(
-            _lease_free(now), subscription=subscription.name, partition=partition
-        ).update(owner=owner, leased_until=now + _lease_length(subscription))
-        if won:
-            return True
-        # Taken by another worker, or no row yet: only the latter is worth a retry.
-        # Looking on a failed take, not before every one, keeps a pass one
-        # statement shorter.
-        have = PartitionLease.objects.filter(subscription=subscription.name).count()
-        if have >= subscription.partitions:
-            return False
-        _ensure_leases(subscription)
-    return False
+    now = timezone.now()
+    won = PartitionLease.objects.filter(
+        _lease_free(now), subscription=subscription.name, partition=partition
+    ).update(owner=owner, leased_until=now + _lease_length(subscription))
+    return won == 1
 
 
 def _lease_release(subscription: str, partition: int, owner: str, done: int) -> None:
@@ -190,10 +190,15 @@ def _turn(
     release counts those). A read that shows nothing behind what was just done ends
     the turn without reading again: at a steady trickle most partitions hold one or
     two deliveries, and a second look per turn was a statement each.
+
+    A run that failed as a group goes one by one up to its last message: grouping
+    what is left of it again would roll the same bad member back once per good one
+    before it.
     """
     outcomes: list[Outcome] = []
     counted = 0
     lease = _lease_length(subscription)
+    alone_upto = 0  # message ids up to this one run one by one
     while len(outcomes) < PARTITION_TURN:
         now = timezone.now()
         if now >= deadline:
@@ -201,6 +206,8 @@ def _turn(
         limit = PARTITION_TURN - len(outcomes)
         rows = _leading(subscription.name, partition, limit)
         run = _fresh_run(subscription, rows, now)
+        if run and run[0].message_id <= alone_upto:
+            run = []
         if len(run) > 1:
             grouped = _run_commit(run, owner, now + lease)
             if grouped:
@@ -214,6 +221,7 @@ def _turn(
                 counted = len(outcomes)
                 continue
             # Given back as it was: read again, for the head's state as it is now.
+            alone_upto = run[-1].message_id
             rows = _leading(subscription.name, partition, limit)
         head = rows[0] if rows else None
         if not _head_ready(head, now):
