@@ -60,6 +60,9 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    # Learner accounts: sign-up, e-mail verification, password reset, rate limits.
+    "allauth",
+    "allauth.account",
     "channels",
     "django_rq",
     "library",
@@ -81,6 +84,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     # Below authentication: it asks whether the request is signed in.
     "library.middleware.PrivatePagesMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -145,8 +149,6 @@ RQ_QUEUES = {
     name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": timeout}
     for name, timeout in (
         ("default", 300),
-        ("labs", 900),
-        ("labs-live", 900),
         ("messaging", 120),
     )
 }
@@ -209,21 +211,38 @@ REALTIME_PRESENCE_TTL_S = env_int("REALTIME_PRESENCE_TTL_S", 30, minimum=2)
 # and the other lab-only views.
 LAB_ROUTES = env_bool("LIBRARY_LAB_ROUTES", False)
 LAB_WORK_CAPACITY = env_int("LIBRARY_LAB_WORK_CAPACITY", 0, minimum=0)
-# Waiting places of the bounded "labs" queue (jobs.backpressure, drop_newest).
-LAB_QUEUE_CAPACITY = env_int("LIBRARY_LAB_QUEUE_CAPACITY", 20, minimum=1)
-# Lab runs one visitor (a learner, or an anonymous session) may have waiting or
-# running at once; past it a run is refused with a message, not queued.
+# --- The lab service (course.services.labqueue, manage.py labworker) ----------------
+# Lab runs wait in the database and are taken round-robin across learners by lab
+# worker processes. Waiting runs in all before new ones are refused with 503.
+LAB_QUEUE_CAPACITY = env_int("LIBRARY_LAB_QUEUE_CAPACITY", 200, minimum=1)
+# Runs one learner (or one anonymous session) may have waiting or running at once,
+# and one client address without an account.
 LAB_RUNS_PER_VISITOR = env_int("LIBRARY_LAB_RUNS_PER_VISITOR", 3, minimum=1)
-# Redis databases a live lab run may take as its sandbox (course.sandbox), one per
-# run at a time; the operator's own database is never among them.
-try:
-    LAB_SANDBOX_REDIS_DBS = [
-        int(db) for db in env_list("LIBRARY_LAB_REDIS_DBS", ["1", "2", "3", "4"])
-    ]
-except ValueError:
-    raise ImproperlyConfigured(
-        "LIBRARY_LAB_REDIS_DBS must list Redis database numbers, e.g. 1,2,3,4"
-    ) from None
+LAB_ANON_RUNS_PER_ADDRESS = env_int("LIBRARY_LAB_ANON_RUNS_PER_ADDRESS", 6, minimum=1)
+# Live runs a learner may start in an hour (an operator may change it per account).
+LAB_LIVE_RUNS_PER_HOUR = env_int("LIBRARY_LAB_LIVE_RUNS_PER_HOUR", 20, minimum=0)
+# A run's cost is its estimated work as a multiple of the lab's default run
+# (course.policies.run_cost). The largest run without an account, and with one;
+# the cost one client address (anonymous) or one learner may spend in an hour.
+LAB_ANON_COST_PER_RUN = env_int("LIBRARY_LAB_ANON_COST_PER_RUN", 5, minimum=1)
+LAB_COST_PER_RUN = env_int("LIBRARY_LAB_COST_PER_RUN", 250, minimum=1)
+LAB_ANON_COST_PER_HOUR = env_int("LIBRARY_LAB_ANON_COST_PER_HOUR", 60, minimum=1)
+LAB_COST_PER_HOUR = env_int("LIBRARY_LAB_COST_PER_HOUR", 2000, minimum=1)
+# An identical run that finished this recently is offered instead of a new one.
+LAB_REUSE_S = env_int("LIBRARY_LAB_REUSE_S", 300, minimum=0)
+# A lab worker's slots: live runs at once (default: one per core, so a host never
+# takes more live runs than it has cores) and model runs at once (their own slots:
+# a model run never waits behind a live one). 0 takes the default.
+LAB_LIVE_SLOTS = env_int("LIBRARY_LAB_LIVE_SLOTS", 0, minimum=0) or (
+    os.cpu_count() or 1
+)
+LAB_MODEL_SLOTS = env_int("LIBRARY_LAB_MODEL_SLOTS", 2, minimum=1)
+# A running run's lease: renewed by its worker's heartbeat; a run whose lease ran out
+# (its worker was killed) is marked failed.
+LAB_LEASE_S = env_int("LIBRARY_LAB_LEASE_S", 20, minimum=3)
+# The lab worker's CPU priority (nice value, inherited by every process it starts),
+# so a class's runs yield the CPU to the library's own web and workers.
+LAB_NICE = env_int("LIBRARY_LAB_NICE", 10, minimum=0)
 
 # channels-redis waits for a consumer's next message with a 5 s blocking pop
 # (RedisChannelLayer.brpop_timeout); redis-py's default read timeout is also 5 s, so
@@ -280,9 +299,49 @@ if DEBUG and env_bool("LIBRARY_FAST_PASSWORD_HASHER", False):
         "django.contrib.auth.hashers.MD5PasswordHasher",
         "django.contrib.auth.hashers.PBKDF2PasswordHasher",
     ]
-LOGIN_URL = "login"
+LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "home"
+
+# Accounts (django-allauth). A learner signs up with a user name, an e-mail address
+# and a password, and signs in once the address is verified; accounts an operator
+# made (the admin, seed_library, createsuperuser) have no address to verify
+# (course.accounts). Sign-up and sign-in are rate limited per client address and
+# per account, in the default cache (Redis).
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+ACCOUNT_ADAPTER = "course.accounts.LearnerAccountAdapter"
+ACCOUNT_LOGIN_METHODS = {"username", "email"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "email*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "mandatory"
+ACCOUNT_UNIQUE_EMAIL = True
+ACCOUNT_CHANGE_EMAIL = True
+ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
+ACCOUNT_EMAIL_SUBJECT_PREFIX = "[Library Lab] "
+ACCOUNT_DEFAULT_HTTP_PROTOCOL = "http" if DEBUG else "https"
+ACCOUNT_RATE_LIMITS = {
+    # A class behind one address signs up together: 30 in 10 minutes, not more.
+    "signup": env_str("LIBRARY_SIGNUP_RATE", "30/10m/ip"),
+    "login": env_str("LIBRARY_LOGIN_RATE", "30/m/ip"),
+    "login_failed": env_str("LIBRARY_LOGIN_FAILED_RATE", "10/m/ip,5/5m/key"),
+}
+
+# Mail: the console in development (the verification and reset links appear in the
+# web process's output), SMTP in production.
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Library Lab <noreply@localhost>")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
+if DEBUG and not env_str("EMAIL_HOST", ""):
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+    EMAIL_PORT = env_int("EMAIL_PORT", 587, minimum=1)
+    EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+    EMAIL_TIMEOUT = 10
 
 SECURE = not DEBUG and env_bool("SECURE_COOKIES", True)
 SESSION_COOKIE_SECURE = SECURE

@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django_rq.urls import urlpatterns as rq_urlpatterns
 
@@ -12,8 +11,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # Prometheus's default metrics_path; a token or the view_operations permission.
     path("metrics", prometheus_metrics, name="metrics"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Learner accounts (django-allauth): sign up, sign in and out, e-mail, password.
+    path("accounts/", include("allauth.urls")),
+    path("account/", include("course.account_urls")),
     path("course/", include("course.urls")),
     path("jobs/", include("jobs.urls")),
     # The monthly report's pages (library.report) kept their /jobs/ addresses.
@@ -27,4 +27,6 @@ urlpatterns = [
 handler400 = "library.views.bad_request"
 handler403 = "library.views.permission_denied"
 handler404 = "library.views.page_not_found"
+# Not one of Django's: django-allauth answers a rate-limited request with it.
+handler429 = "library.views.too_many_requests"
 handler500 = "library.views.server_error"

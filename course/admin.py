@@ -1,16 +1,20 @@
-"""The course's records in the admin: who ran which lab, read-only."""
+"""The course's records in the admin: who ran which lab (read-only), what each
+learner is allowed, the lab workers at work, and the audit of deleted accounts."""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
 
-from course.models import LabRun
+from django.contrib import admin
+from django.http import HttpRequest
+
+from course.models import AccountDeletion, LabAllowance, LabRun, LabWorkerState
 from jobs.admin_mixins import ReadOnlyAdminMixin
 
 
 @admin.register(LabRun)
 class LabRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[LabRun]):
-    list_display = ("slug", "live", "state", "visitor", "created_at")
+    list_display = ("slug", "live", "state", "shared", "cost", "visitor", "created_at")
     list_filter = ("live", "slug", "job__state")
     search_fields = ("slug", "visitor", "job__id")
     date_hierarchy = "created_at"
@@ -19,3 +23,62 @@ class LabRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[LabRun]):
     @admin.display(description="state", ordering="job__state")
     def state(self, run: LabRun) -> str:
         return run.job.state
+
+    @admin.display(description="shared", boolean=True)
+    def shared(self, run: LabRun) -> bool:
+        return run.leader_id is not None
+
+
+@admin.register(LabAllowance)
+class LabAllowanceAdmin(admin.ModelAdmin[LabAllowance]):
+    """Withdraw one learner's live right, or give them quotas of their own.
+
+    Changing a row needs ``course.change_laballowance``; being staff is not enough.
+    """
+
+    list_display = (
+        "user",
+        "live_allowed",
+        "runs_in_flight",
+        "live_runs_per_hour",
+        "cost_per_run",
+        "cost_per_hour",
+        "updated_at",
+        "updated_by",
+    )
+    list_filter = ("live_allowed",)
+    search_fields = ("user__username", "user__email", "reason")
+    autocomplete_fields = ("user",)
+    readonly_fields = ("updated_at", "updated_by")
+
+    def save_model(
+        self, request: HttpRequest, obj: LabAllowance, form: Any, change: bool
+    ) -> None:
+        obj.updated_by = request.user  # type: ignore[assignment]
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(LabWorkerState)
+class LabWorkerStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[LabWorkerState]):
+    list_display = (
+        "name",
+        "live_slots",
+        "busy_live",
+        "model_slots",
+        "busy_model",
+        "started_at",
+        "seen_at",
+    )
+
+
+@admin.register(AccountDeletion)
+class AccountDeletionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[AccountDeletion]):
+    list_display = (
+        "deleted_at",
+        "lab_runs",
+        "predictions",
+        "progress_rows",
+        "email_addresses",
+        "member_unlinked",
+    )
+    date_hierarchy = "deleted_at"

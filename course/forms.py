@@ -8,13 +8,15 @@ from typing import Any
 from django import forms
 
 from course.labs.harness.base import Lab, ParamError, Params
+from course.services.labqueue import Choice
 
 
 class LabForm(forms.Form):
     """One text field per parameter, parsed with the same rules as ``lab --set``.
 
-    A lab with a live part also gets the "live" checkbox; only ``allow_live``
-    (staff) may tick it, anyone else gets a field error.
+    A lab with a live part also gets the "live" checkbox; a user who may not run
+    live parts (``live_refusal`` says why: no account, or the right withdrawn)
+    gets that reason as the field's error when they tick it anyway.
 
     Text fields (not IntegerField) keep one parser for the form and the command line,
     so both give the same one-line reasons for the same bad value. A field left empty
@@ -22,28 +24,40 @@ class LabForm(forms.Form):
     """
 
     LIVE_FIELD = "live"
-    LIVE_REFUSED = (
-        "Measuring the live system needs the live-lab permission: a live run starts "
-        "processes and writes rows."
+    LIVE_NEEDS_ACCOUNT = (
+        "Measuring the live system needs an account: sign up (it is free) or sign "
+        "in. A live run starts real worker and server processes for you."
+    )
+    LIVE_WITHDRAWN = (
+        "An operator has withdrawn this account's right to run live parts; the "
+        "model still runs."
     )
 
     PREDICTION_FIELD = "prediction"
+    # What the learner chose when an identical run finished lately (course.services).
+    CHOICE_FIELD = "choice"
 
     def __init__(
         self,
         lab: Lab,
         *args: Any,
-        allow_live: bool = False,
+        live_refusal: str = "",
         predict_prompt: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.lab = lab
         self.params: Params = {}
-        self.allow_live = allow_live
+        self.live_refusal = live_refusal
         self.live = False
         self.live_refused = False
         self.prediction: float | None = None
+        self.choice = Choice.AUTO
+        self.fields[self.CHOICE_FIELD] = forms.ChoiceField(
+            choices=[(choice.value, choice.value) for choice in Choice],
+            required=False,
+            widget=forms.HiddenInput,
+        )
         if predict_prompt:
             # Optional: a run without a guess is still a run.
             self.fields[self.PREDICTION_FIELD] = forms.CharField(
@@ -70,25 +84,29 @@ class LabForm(forms.Form):
                 widget=forms.TextInput(attrs=attrs),
             )
         if lab.live is not None:
-            # Not ``disabled`` for non-staff: a disabled field ignores what is sent,
-            # and a request asking for the live part must be refused, not ignored.
-            help_text = (
+            # Not ``disabled`` in the form's logic: a disabled field ignores what is
+            # sent, and a request asking for the live part must be refused, not
+            # ignored. The widget is disabled for the browser only.
+            help_text = live_refusal or (
                 "Asks the real system the same question in a sandbox of its own "
-                "(a copy of the database, its own Redis database, its own rq "
+                "(a copy of the database, its own Redis server, its own rq "
                 "workers or web servers), measures what really happens and "
-                "removes the sandbox; live runs go one at a time and take tens "
-                "of seconds."
-                if allow_live
-                else "Staff only: a live run starts processes of its own."
+                "removes the sandbox. A live run takes tens of seconds; runs are "
+                "taken in turn across learners, and a run identical to one "
+                "already waiting or running is joined, not repeated."
             )
             self.fields[self.LIVE_FIELD] = forms.BooleanField(
                 label="Also measure the live system",
                 required=False,
                 help_text=help_text,
                 widget=forms.CheckboxInput(
-                    attrs={} if allow_live else {"disabled": True}
+                    attrs={"disabled": True} if live_refusal else {}
                 ),
             )
+
+    @property
+    def may_run_live(self) -> bool:
+        return not self.live_refusal
 
     @property
     def param_fields(self) -> list[forms.BoundField]:
@@ -126,12 +144,13 @@ class LabForm(forms.Form):
                 self.prediction = number
             else:
                 self.add_error(self.PREDICTION_FIELD, "Give a number, like 12 or 8.5.")
+        self.choice = Choice(cleaned.get(self.CHOICE_FIELD) or Choice.AUTO.value)
         if cleaned.get(self.LIVE_FIELD):
-            if self.allow_live:
+            if not self.live_refusal:
                 self.live = True
             else:
                 self.live_refused = True
-                self.add_error(self.LIVE_FIELD, self.LIVE_REFUSED)
+                self.add_error(self.LIVE_FIELD, self.live_refusal)
         if not self.errors:
             try:
                 self.params = self.lab.validate(values)

@@ -1,5 +1,6 @@
 """A learner's progress through the course (one row per learner and lesson), who
-started which lab run, and the effects of the live labs' probe messages."""
+started which lab run, what an operator allows each learner, the audit of deleted
+accounts, the lab workers at work, and the effects of the live labs' probe messages."""
 
 from __future__ import annotations
 
@@ -36,8 +37,6 @@ class LessonProgress(models.Model):
             )
         ]
         verbose_name_plural = "lesson progress"
-        # Named in library.permissions: a live run starts processes and writes rows.
-        permissions = [("run_live_lab", "Can run the live part of a lab")]
 
     def __str__(self) -> str:
         return f"{self.user_id} · {self.slug}"
@@ -65,11 +64,17 @@ class ProbeEffect(models.Model):
 
 
 class LabRun(models.Model):
-    """Whose lab run a JobStatus row is, so a learner finds their runs again.
+    """Whose lab run a JobStatus row is, what it costs, and whose result it shares.
 
-    ``visitor`` is ``user:<id>`` for a signed-in learner and ``anon:<digest>`` (of the
-    session key, never the key itself) for a visitor; the run's parameters, state,
-    result and times stay on the JobStatus row.
+    ``visitor`` is ``user:<id>`` for a signed-in learner and ``anon:<digest>`` (of a
+    random token kept in the session, never the session key) for a visitor; the
+    run's parameters, state, result and times stay on the JobStatus row. ``client``
+    is a digest of the client address (anonymous quotas and fair turns), ``cost``
+    the run's estimated work as a multiple of the lab's default run, and
+    ``fingerprint`` a digest of the lab, its parameters and whether it is live, so
+    identical runs find each other. A run that joined another (single flight) names
+    it as ``leader``: the leader's progress and result are copied onto this run's
+    own row, and no worker runs it.
     """
 
     job = models.OneToOneField(
@@ -79,14 +84,119 @@ class LabRun(models.Model):
     visitor = models.CharField(max_length=80)
     live = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    client = models.CharField(max_length=32, blank=True)
+    cost = models.FloatField(default=1.0)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    leader = models.ForeignKey(
+        JobStatus,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="joined_runs",
+    )
 
     class Meta:
         indexes = [
             models.Index(
                 fields=["visitor", "slug", "-created_at"], name="course_labrun_mine"
-            )
+            ),
+            # Quotas: a visitor's or an address's runs of the last hour.
+            models.Index(fields=["visitor", "created_at"], name="course_labrun_quota"),
+            models.Index(fields=["client", "created_at"], name="course_labrun_client"),
+            # Single flight: identical runs, newest first.
+            models.Index(
+                fields=["fingerprint", "-created_at"], name="course_labrun_same"
+            ),
         ]
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.slug} run by {self.visitor}"
+
+
+class LabAllowance(models.Model):
+    """What an operator changed about one learner's use of the labs.
+
+    Every active account may run live parts; a row here withdraws that right or
+    sets the account's own quotas (an empty quota keeps the site's setting).
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="lab_allowance",
+    )
+    live_allowed = models.BooleanField(
+        default=True, help_text="Untick to withdraw the right to run live parts."
+    )
+    runs_in_flight = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Runs waiting or running at once."
+    )
+    live_runs_per_hour = models.PositiveSmallIntegerField(null=True, blank=True)
+    cost_per_run = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The largest run, as a multiple of the default.",
+    )
+    cost_per_hour = models.PositiveIntegerField(null=True, blank=True)
+    reason = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+
+    class Meta:
+        verbose_name = "learner allowance"
+
+    def __str__(self) -> str:
+        return f"lab allowance of user {self.user_id}"
+
+
+class AccountDeletion(models.Model):
+    """The audit of a learner deleting their account: when, and how much went.
+
+    Holds no personal data on purpose: no user id, name or address, only counts.
+    """
+
+    deleted_at = models.DateTimeField(auto_now_add=True)
+    lab_runs = models.PositiveIntegerField(default=0)
+    predictions = models.PositiveIntegerField(default=0)
+    progress_rows = models.PositiveIntegerField(default=0)
+    email_addresses = models.PositiveIntegerField(default=0)
+    member_unlinked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-deleted_at"]
+
+    def __str__(self) -> str:
+        return f"account deleted {self.deleted_at:%Y-%m-%d %H:%M}"
+
+
+class LabWorkerState(models.Model):
+    """A lab worker process at work: its slots, and when its heartbeat was last seen.
+
+    Written by the worker's heartbeat; the lesson pages read the slots of the
+    workers seen lately to estimate a waiting run's start, and the admin lists them.
+    """
+
+    name = models.CharField(max_length=120, primary_key=True)  # host:pid
+    host = models.CharField(max_length=100)
+    pid = models.PositiveIntegerField()
+    live_slots = models.PositiveSmallIntegerField()
+    model_slots = models.PositiveSmallIntegerField()
+    busy_live = models.PositiveSmallIntegerField(default=0)
+    busy_model = models.PositiveSmallIntegerField(default=0)
+    started_at = models.DateTimeField()
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "lab worker"
+
+    def __str__(self) -> str:
+        return self.name

@@ -14,8 +14,7 @@ from course.interpret import Interpretation, run_interpret
 from course.labs.harness.base import Lab
 from course.labs.registry import LABS
 from course.lessons import AREA_OUTCOMES, LESSONS, Area, Lesson, lessons_by_area
-from course.selectors import NO_PROGRESS, ProgressView
-from course.services import LIVE_KEY, PREDICTION_KEY
+from course.selectors import LIVE_KEY, NO_PROGRESS, PREDICTION_KEY, ProgressView
 from course.sourcecode import CodeRef, RefError, ref_resolve
 from course.textbook import LessonText, lesson_text
 from jobs.models import JobStatus

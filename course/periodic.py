@@ -3,7 +3,7 @@
 A task's name is its identity in the database (ScheduledTaskState rows).
 """
 
-from jobs.recurrence import Every
+from jobs.recurrence import Daily, Every
 from jobs.scheduler import PeriodicTask
 
 PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
@@ -12,5 +12,21 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
         name="lab_sandbox_sweep",
         func="course.sandbox.sandbox_sweep",
         recurrence=Every.minutes(5),
+    ),
+    PeriodicTask(
+        # Lab workers fail each other's dead runs from their heartbeats; this covers
+        # the moment no lab worker is left alive to do it. Inline: it must not wait
+        # in a queue behind the work it unblocks.
+        name="lab_runs_expire",
+        func="course.services.labwork.lab_runs_expire",
+        recurrence=Every(seconds=10),
+        inline=True,
+    ),
+    PeriodicTask(
+        # Every anonymous visitor who runs a lab or reads a lesson gets a session:
+        # expired ones are deleted nightly (Django's clearsessions).
+        name="sessions_clear_expired",
+        func="course.services.learners.sessions_clear_expired",
+        recurrence=Daily(hour=3),
     ),
 )

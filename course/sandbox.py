@@ -508,6 +508,25 @@ def sandbox_sweep() -> list[str]:
     return removed
 
 
+def sandbox_owned_kill() -> list[str]:
+    """Kill the processes of every sandbox this process owns; return their ids.
+
+    For a lab worker told to stop: the live parts in hand lose their processes and
+    end at once, and each run removes its own sandbox as it unwinds.
+    """
+    me, started = os.getpid(), _process_start(os.getpid())
+    killed = []
+    for manifest in sorted(labs_dir().glob("*/sandbox.json")):
+        try:
+            record = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("owner_pid") == me and record.get("owner_start") == started:
+            sandbox_processes_kill(str(record["id"]))
+            killed.append(str(record["id"]))
+    return killed
+
+
 # --- A live part run inside a sandbox ----------------------------------------------
 
 LIVE_TIMEOUT_S: Final = 840.0  # inside the labs queue's 900 s job timeout

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from django.db.models import Max, Sum
 
 from course.labs.registry import LABS
 from course.lessons import Area, Lesson, lessons_by_area
-from course.models import LabRun, LessonProgress
+from course.models import LabAllowance, LabRun, LabWorkerState, LessonProgress
+from course.policies import Spent, Usage, Waiting, fair_owner
+from course.visitors import progress_entry
 from jobs.models import JobStatus
 
 LAB_JOB_KIND = "lab"
@@ -56,6 +61,17 @@ def progress_by_slug(*, user_id: int | None) -> dict[str, ProgressView]:
     }
 
 
+def progress_of_session(
+    entries: Mapping[str, Mapping[str, object]],
+) -> dict[str, ProgressView]:
+    """Return an anonymous visitor's progress per lesson, from their session."""
+    views = {}
+    for slug, entry in entries.items():
+        read, answered, lab_runs = progress_entry(entry)
+        views[slug] = ProgressView(read=read, lab_runs=lab_runs, answered=answered)
+    return views
+
+
 def progress_get(*, user_id: int | None, slug: str) -> ProgressView:
     """Return the learner's progress on one lesson."""
     if user_id is None:
@@ -75,11 +91,6 @@ def progress_get(*, user_id: int | None, slug: str) -> ProgressView:
 _IN_FLIGHT = (JobStatus.State.QUEUED, JobStatus.State.RUNNING)
 
 
-def lab_runs_in_flight(*, visitor: str) -> int:
-    """Return how many of the visitor's lab runs are waiting or running."""
-    return LabRun.objects.filter(visitor=visitor, job__state__in=_IN_FLIGHT).count()
-
-
 @dataclass(frozen=True)
 class RunRow:
     """One earlier run as the lesson page lists it."""
@@ -88,10 +99,11 @@ class RunRow:
     live: bool
     changed: tuple[tuple[str, str], ...]  # (parameter, value) that differ from defaults
     previous: uuid.UUID | None  # the visitor's run of this lab just before this one
+    joined: bool = False  # it shared an identical run's result (single flight)
 
     @property
     def prediction(self) -> object:
-        return self.job.params.get("_prediction") if self.job.params else None
+        return self.job.params.get(PREDICTION_KEY) if self.job.params else None
 
 
 def lab_runs_recent(*, slug: str, visitor: str, limit: int = 10) -> list[RunRow]:
@@ -109,9 +121,19 @@ def lab_runs_recent(*, slug: str, visitor: str, limit: int = 10) -> list[RunRow]
             live=run.live,
             changed=_changed(run.job.params, defaults),
             previous=runs[i + 1].job_id if i + 1 < len(runs) else None,
+            joined=run.leader_id is not None,
         )
         for i, run in enumerate(runs[:limit])
     ]
+
+
+def lab_runs_of(*, visitor: str, limit: int = 12) -> list[LabRun]:
+    """Return the visitor's latest runs across every lab, newest first."""
+    return list(
+        LabRun.objects.filter(visitor=visitor)
+        .select_related("job")
+        .order_by("-created_at")[:limit]
+    )
 
 
 def _changed(
@@ -132,28 +154,92 @@ def param_text(value: object) -> str:
     return str(value)
 
 
-@dataclass(frozen=True)
-class LivePlace:
-    """Where a queued live run stands: runs ahead of it and a rough wait."""
+# --- The lab service: waiting runs, turns, slots, usage ------------------------------
 
-    ahead: int
-    wait_s: int | None
+# Reserved keys of JobStatus.params, beside the lab's parameters (identifiers, so no
+# collision): the run includes the live part; the learner's prediction.
+LIVE_KEY = "_live"
+PREDICTION_KEY = "_prediction"
+# A lab worker whose heartbeat is older than this is gone: its slots do not count.
+WORKER_SEEN_S = 30
 
 
-def live_run_place(*, job: JobStatus, queue_ids: list[str]) -> LivePlace | None:
-    """Return the queued live run's place, from the live queue's job ids in order.
+def lab_waiting(*, live: bool) -> list[Waiting]:
+    """Return the runs waiting for a slot of this kind (joined runs wait on theirs)."""
+    rows = LabRun.objects.filter(
+        live=live,
+        leader__isnull=True,
+        job__kind=LAB_JOB_KIND,
+        job__state=JobStatus.State.QUEUED,
+    ).values_list("job_id", "visitor", "client", "job__created_at")
+    return [
+        Waiting(job_id, fair_owner(visitor=visitor, client=client), created)
+        for job_id, visitor, client, created in rows
+    ]
 
-    Runs ahead are the queued ones before it plus any live run running now; the wait
-    (until it starts) is that many times the mean of the last ten finished live runs.
-    """
-    rq_id = f"lab-{job.id}"
-    if job.state != JobStatus.State.QUEUED or rq_id not in queue_ids:
-        return None
-    running = LabRun.objects.filter(live=True, job__state=JobStatus.State.RUNNING)
-    ahead = queue_ids.index(rq_id) + running.count()
+
+def lab_waiting_total() -> int:
+    """Return how many runs of either kind wait for a slot."""
+    return LabRun.objects.filter(
+        leader__isnull=True,
+        job__kind=LAB_JOB_KIND,
+        job__state=JobStatus.State.QUEUED,
+    ).count()
+
+
+def lab_last_served(
+    owners: Iterable[str], *, now: datetime.datetime
+) -> dict[str, datetime.datetime]:
+    """Return when each owner's last run started (today's runs; none: never)."""
+    since = now - datetime.timedelta(days=1)
+    visitors = [owner for owner in owners if not owner.startswith("addr:")]
+    clients = [owner[5:] for owner in owners if owner.startswith("addr:")]
+    started = LabRun.objects.filter(
+        created_at__gte=since, job__started_at__isnull=False
+    )
+    served: dict[str, datetime.datetime] = {}
+    for visitor, last in (
+        started.filter(visitor__in=visitors)
+        .values("visitor")
+        .annotate(last=Max("job__started_at"))
+        .values_list("visitor", "last")
+    ):
+        served[visitor] = last
+    for client, last in (
+        started.filter(client__in=clients, visitor__startswith="anon:")
+        .values("client")
+        .annotate(last=Max("job__started_at"))
+        .values_list("client", "last")
+    ):
+        served[f"addr:{client}"] = last
+    return served
+
+
+def lab_running(*, live: bool) -> int:
+    """Return how many runs of this kind a worker is running now."""
+    return LabRun.objects.filter(
+        live=live,
+        leader__isnull=True,
+        job__kind=LAB_JOB_KIND,
+        job__state=JobStatus.State.RUNNING,
+    ).count()
+
+
+def lab_slots(*, live: bool, now: datetime.datetime) -> int:
+    """Return the slots of this kind of every lab worker seen lately (0: none runs)."""
+    seen = LabWorkerState.objects.filter(
+        seen_at__gte=now - datetime.timedelta(seconds=WORKER_SEEN_S)
+    )
+    field = "live_slots" if live else "model_slots"
+    return int(seen.aggregate(total=Sum(field))["total"] or 0)
+
+
+def lab_typical_run_s(*, live: bool) -> float | None:
+    """Return the mean duration of the last ten finished runs of this kind."""
     recent = list(
         LabRun.objects.filter(
-            live=True,
+            live=live,
+            leader__isnull=True,
             job__state=JobStatus.State.DONE,
             job__started_at__isnull=False,
             job__finished_at__isnull=False,
@@ -166,7 +252,76 @@ def live_run_place(*, job: JobStatus, queue_ids: list[str]) -> LivePlace | None:
         for start, end in recent
         if start is not None and end is not None
     ]
-    if not seconds:
-        return LivePlace(ahead=ahead, wait_s=None)
-    mean = sum(seconds) / len(seconds)
-    return LivePlace(ahead=ahead, wait_s=round(mean * ahead))
+    return sum(seconds) / len(seconds) if seconds else None
+
+
+def lab_same_in_flight(*, fingerprint: str) -> JobStatus | None:
+    """Return the oldest identical run waiting or running (not itself a joiner)."""
+    run = (
+        LabRun.objects.filter(
+            fingerprint=fingerprint,
+            leader__isnull=True,
+            job__state__in=_IN_FLIGHT,
+        )
+        .select_related("job")
+        .order_by("created_at")
+        .first()
+    )
+    return run.job if run is not None else None
+
+
+def lab_same_finished(
+    *, fingerprint: str, since: datetime.datetime
+) -> JobStatus | None:
+    """Return the newest identical run that finished well since ``since``."""
+    run = (
+        LabRun.objects.filter(
+            fingerprint=fingerprint,
+            job__state=JobStatus.State.DONE,
+            job__finished_at__gte=since,
+        )
+        .select_related("job")
+        .order_by("-job__finished_at")
+        .first()
+    )
+    return run.job if run is not None else None
+
+
+def lab_usage(
+    *, visitor: str, client: str, anonymous: bool, now: datetime.datetime
+) -> Usage:
+    """Return what a requester has in flight and has spent in the last hour.
+
+    A learner is counted by account; an anonymous visitor by session for runs in
+    flight, and by client address for the address cap and the hour's budget (a
+    fresh session per request must not reset them).
+    """
+    mine = LabRun.objects.filter(visitor=visitor)
+    address = LabRun.objects.filter(client=client, visitor__startswith="anon:")
+    hour = (address if anonymous else mine).filter(
+        created_at__gt=now - datetime.timedelta(hours=1)
+    )
+    return Usage(
+        in_flight=mine.filter(job__state__in=_IN_FLIGHT).count(),
+        address_in_flight=(
+            address.filter(job__state__in=_IN_FLIGHT).count() if anonymous else 0
+        ),
+        last_hour=tuple(
+            Spent(at=at, cost=cost, live=live)
+            for at, cost, live in hour.values_list("created_at", "cost", "live")
+        ),
+    )
+
+
+def lab_allowance(*, user_id: int | None) -> LabAllowance | None:
+    """Return what an operator set for this learner, if anything."""
+    if user_id is None:
+        return None
+    return LabAllowance.objects.filter(user_id=user_id).first()
+
+
+def lab_leader_of(*, job_id: uuid.UUID) -> uuid.UUID | None:
+    """Return the run whose result this run shares (single flight), if any."""
+    return (
+        LabRun.objects.filter(job_id=job_id).values_list("leader_id", flat=True).first()
+    )

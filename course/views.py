@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from typing import Any
 
@@ -30,27 +29,43 @@ from course.pages import (
     run_explain,
     see_links,
 )
+from course.policies import RefusalKind
 from course.selectors import (
+    LIVE_KEY,
+    NO_PROGRESS,
+    PREDICTION_KEY,
+    ProgressView,
     lab_job_get,
+    lab_leader_of,
     lab_runs_recent,
     progress_by_slug,
     progress_get,
+    progress_of_session,
 )
-from course.services import (
-    LIVE_KEY,
-    PREDICTION_KEY,
-    LabQueueFull,
-    LabRunsInFlight,
-    lab_run_enqueue,
+from course.services.labqueue import (
+    Asked,
+    LabRefused,
+    Requester,
+    client_digest,
+    lab_run_request,
+    requester_limits,
+)
+from course.services.learners import (
     progress_answer,
     progress_lab_run,
     progress_mark_read,
 )
 from course.sourcecode import source_render
 from course.textbook import LessonText, lesson_text
+from course.visitors import (
+    client_address,
+    session_progress,
+    session_progress_note,
+    user_id_of,
+    visitor_of,
+)
 from jobs.models import JobStatus
 from jobs.selectors import jobstatus_payload
-from library.permissions import RUN_LIVE_LAB, user_may
 
 
 class HttpResponseSeeOther(HttpResponseRedirectBase):
@@ -70,7 +85,7 @@ def _lesson_or_404(slug: str) -> Lesson:
 
 @require_GET
 def course_index(request: HttpRequest) -> HttpResponse:
-    progress = progress_by_slug(user_id=_user_id(request))
+    progress = _progress_by_slug(request)
     areas = course_areas(progress)
     lessons = [entry for area in areas for entry in area.lessons]
     return render(
@@ -78,7 +93,8 @@ def course_index(request: HttpRequest) -> HttpResponse:
         "course/index.html",
         {
             "areas": areas,
-            "signed_in": request.user.is_authenticated,
+            "signed_in": _user_id(request) is not None,
+            "show_progress": _user_id(request) is not None or bool(progress),
             "total": len(lessons),
             "minutes": sum(entry.minutes for entry in lessons),
             "done": sum(1 for entry in lessons if entry.progress.read),
@@ -87,28 +103,30 @@ def course_index(request: HttpRequest) -> HttpResponse:
 
 
 def _user_id(request: HttpRequest) -> int | None:
-    user = request.user
-    return int(user.pk) if user.is_authenticated else None
+    return user_id_of(request)
 
 
-def _visitor(request: HttpRequest, *, create: bool = False) -> str:
-    """Return who owns the runs made from this browser ("" if nobody yet).
-
-    A signed-in learner is ``user:<id>``. An anonymous visitor is a digest of their
-    session key (the key itself is a credential and never stored); with ``create``
-    the session is started so their first run has an owner.
-    """
+def _progress_by_slug(request: HttpRequest) -> dict[str, ProgressView]:
+    """Return the learner's progress, from their account or their session."""
     user_id = _user_id(request)
     if user_id is not None:
-        return f"user:{user_id}"
-    key = request.session.session_key
-    if key is None and create:
-        request.session["lab_visitor"] = True  # modified: the cookie is sent
-        request.session.save()
-        key = request.session.session_key
-    if key is None:
-        return ""
-    return "anon:" + hashlib.sha256(key.encode()).hexdigest()[:32]
+        return progress_by_slug(user_id=user_id)
+    return progress_of_session(session_progress(request.session))
+
+
+def _progress_on(request: HttpRequest, slug: str) -> ProgressView:
+    user_id = _user_id(request)
+    if user_id is not None:
+        return progress_get(user_id=user_id, slug=slug)
+    return _progress_by_slug(request).get(slug, NO_PROGRESS)
+
+
+def _requester(request: HttpRequest) -> Requester:
+    return Requester(
+        visitor=visitor_of(request, create=True),
+        client=client_digest(client_address(request)),
+        user=request.user,
+    )
 
 
 def _run_of(lab: Lab, raw_id: str) -> JobStatus | None:
@@ -127,16 +145,19 @@ def _render_lesson(
     form: LabForm | None,
     *,
     status: int = 200,
+    offer: JobStatus | None = None,
 ) -> HttpResponse:
     text = lesson_text(lesson.slug)
     job_payload = None
     job_missing = False
+    job_joined = False
     explained = None
     raw_job = request.GET.get("job")
     if lab is not None and raw_job:
         job = _run_of(lab, raw_job)
         if job is not None:
             job_payload = jobstatus_payload(job)
+            job_joined = lab_leader_of(job_id=job.id) is not None
             explained = run_explain(lab=lab, text=text, job=job)
             if form is None or not form.is_bound:
                 form = _lab_form(request, lab, text, initial=_initial(lab, job.params))
@@ -154,9 +175,8 @@ def _render_lesson(
             "charts": [chart.as_json() for chart in lab.charts],
             "job": job_payload,
         }
-    user_id = _user_id(request)
-    progress = progress_get(user_id=user_id, slug=lesson.slug)
-    visitor = _visitor(request)
+    progress = _progress_on(request, lesson.slug)
+    visitor = visitor_of(request)
     runs = (
         lab_runs_recent(slug=lab.slug, visitor=visitor)
         if lab is not None and visitor
@@ -180,9 +200,10 @@ def _render_lesson(
             "progress": progress,
             "runs": runs,
             "answered": progress.answered_of(len(text.questions) if text else 0),
-            "progress_url": reverse("course-progress", args=[lesson.slug])
-            if user_id is not None
-            else "",
+            "progress_url": reverse("course-progress", args=[lesson.slug]),
+            "signed_in": _user_id(request) is not None,
+            "offer": offer,
+            "joined": job_joined,
         },
         status=status,
     )
@@ -197,7 +218,7 @@ def _lab_form(
 ) -> LabForm:
     prompt = text.predict.prompt if text is not None and text.predict else ""
     return LabForm(
-        lab, allow_live=_may_run_live(request), predict_prompt=prompt, **kwargs
+        lab, live_refusal=_live_refusal(request), predict_prompt=prompt, **kwargs
     )
 
 
@@ -213,11 +234,14 @@ def _initial(lab: Lab, stored: object) -> dict[str, object]:
     return initial
 
 
-def _may_run_live(request: HttpRequest) -> bool:
-    """Return whether the user may run live parts (they start processes, write rows)."""
-    # Every right is named in one place (library.permissions), this one too.
-
-    return user_may(request.user, RUN_LIVE_LAB)
+def _live_refusal(request: HttpRequest) -> str:
+    """Return why this user may not run live parts ("" when they may)."""
+    limits = requester_limits(Requester(visitor="", client="", user=request.user))
+    if not limits.signed_in:
+        return LabForm.LIVE_NEEDS_ACCOUNT
+    if not limits.live_allowed:
+        return LabForm.LIVE_WITHDRAWN
+    return ""
 
 
 @require_GET
@@ -229,9 +253,20 @@ def course_lesson(request: HttpRequest, slug: str) -> HttpResponse:
     return _render_lesson(request, lesson, lab, form)
 
 
+# How each refusal reaches the client: status, and whether a retry later helps.
+_REFUSAL_STATUS = {
+    RefusalKind.NEEDS_ACCOUNT: 403,
+    RefusalKind.WITHDRAWN: 403,
+    RefusalKind.TOO_HEAVY: 400,
+    RefusalKind.BUSY: 429,
+    RefusalKind.HOURLY: 429,
+    RefusalKind.QUEUE_FULL: 503,
+}
+
+
 @require_POST
 def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
-    """Validate the parameters, queue the run, answer where to follow it."""
+    """Validate the parameters, ask for the run, answer where to follow it."""
     lesson = _lesson_or_404(slug)
     lab = lab_find(slug)
     if lab is None:
@@ -245,47 +280,118 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
             return JsonResponse({"errors": errors}, status=status)
         return _render_lesson(request, lesson, lab, form, status=status)
     try:
-        job = lab_run_enqueue(
+        asked = lab_run_request(
             lab=lab,
             params=form.params,
-            user=request.user,
+            requester=_requester(request),
             live=form.live,
             prediction=form.prediction,
-            visitor=_visitor(request, create=True),
+            choice=form.choice,
         )
-    except LabRunsInFlight as busy:
-        # This visitor's own limit: a message on the page, not a server error.
-        if _wants_json(request):
-            return JsonResponse({"error": str(busy)}, status=429)
-        form.add_error(None, str(busy))
-        return _render_lesson(request, lesson, lab, form, status=429)
-    except LabQueueFull as full:
-        # Backpressure reaches the user as a quick, temporary refusal.
-        if _wants_json(request):
-            refused: HttpResponse = JsonResponse({"error": str(full)}, status=503)
-        else:
-            form.add_error(None, str(full))
-            refused = _render_lesson(request, lesson, lab, form, status=503)
-        refused["Retry-After"] = str(full.retry_after_s)
-        return refused
+    except LabRefused as refused:
+        return _refused(request, lesson, lab, form, refused)
+    if asked.job is None:
+        return _offered(request, lesson, lab, form, asked)
+    _count_run(request, slug)
+    return _started(request, slug, asked)
+
+
+def _refused(
+    request: HttpRequest, lesson: Lesson, lab: Lab, form: LabForm, refused: LabRefused
+) -> HttpResponse:
+    """Answer a refusal: why, and when a retry helps (Retry-After)."""
+    refusal = refused.refusal
+    status = _REFUSAL_STATUS[refusal.kind]
+    if _wants_json(request):
+        body: dict[str, object] = {
+            "error": refusal.message,
+            "refusal": str(refusal.kind),
+        }
+        if refusal.kind is RefusalKind.NEEDS_ACCOUNT:
+            body["signup_url"] = reverse("account_signup")
+        response: HttpResponse = JsonResponse(body, status=status)
+    else:
+        form.add_error(None, refusal.message)
+        response = _render_lesson(request, lesson, lab, form, status=status)
+    if refusal.retry_after_s is not None:
+        response["Retry-After"] = str(refusal.retry_after_s)
+    return response
+
+
+def _offered(
+    request: HttpRequest, lesson: Lesson, lab: Lab, form: LabForm, asked: Asked
+) -> HttpResponse:
+    """Offer an identical live run that finished lately, instead of a new one."""
+    offer = asked.offer
+    assert offer is not None
+    if _wants_json(request):
+        return JsonResponse(
+            {
+                "offer": {
+                    "finished_at": offer.finished_at.isoformat()
+                    if offer.finished_at
+                    else None,
+                    "message": _offer_text(offer),
+                }
+            }
+        )
+    return _render_lesson(request, lesson, lab, form, offer=offer)
+
+
+def _offer_text(offer: JobStatus) -> str:
+    when = offer.finished_at.strftime("%H:%M:%S UTC") if offer.finished_at else ""
+    return (
+        f"A live run with exactly these parameters finished at {when}. Take its "
+        "measured tables as your run, or run your own anyway: the live numbers "
+        "that depend on the machine (times, latencies) differ a little each run."
+    )
+
+
+def _count_run(request: HttpRequest, slug: str) -> None:
     user_id = _user_id(request)
     if user_id is not None:
         progress_lab_run(user_id=user_id, slug=slug)
+    else:
+        session_progress_note(request.session, slug=slug, lab_run=True)
+
+
+def _started(request: HttpRequest, slug: str, asked: Asked) -> HttpResponse:
+    job = asked.job
+    assert job is not None
     lesson_url = f"{reverse('course-lesson', args=[slug])}?job={job.id}"
-    if _wants_json(request):
-        status_url = reverse("jobstatus-status", args=[job.id])
-        response = JsonResponse(
-            {
-                "job": str(job.id),
-                "version": job.version,
-                "status_url": status_url,
-                "lesson_url": lesson_url,
-            },
-            status=202,
+    if not _wants_json(request):
+        return HttpResponseSeeOther(lesson_url)
+    status_url = reverse("jobstatus-status", args=[job.id])
+    response = JsonResponse(
+        {
+            "job": str(job.id),
+            "version": job.version,
+            "status_url": status_url,
+            "lesson_url": lesson_url,
+            "joined": asked.leader is not None and not asked.reused,
+            "reused": asked.reused,
+            "message": _shared_text(asked),
+        },
+        status=202,
+    )
+    response["Location"] = status_url
+    return response
+
+
+def _shared_text(asked: Asked) -> str:
+    if asked.reused:
+        return (
+            "An identical run finished a few minutes ago: its tables are your run's. "
+            "A model run depends only on its parameters, so running it again would "
+            "print the same numbers."
         )
-        response["Location"] = status_url
-        return response
-    return HttpResponseSeeOther(lesson_url)
+    if asked.leader is not None:
+        return (
+            "Another run with exactly these parameters was already waiting or "
+            "running, so you joined it: its progress and result are your run's too, "
+            "and the experiment is not run twice."
+        )
+    return ""
 
 
 @require_GET
@@ -367,17 +473,17 @@ _PROGRESS_EVENTS = ("read", "answer")
 
 @require_POST
 def course_progress(request: HttpRequest, slug: str) -> HttpResponse:
-    """Record a signed-in learner's step: the lesson read, or an answer opened."""
+    """Record a learner's step: the lesson read, or an answer opened.
+
+    A signed-in learner's steps go to their account; an anonymous visitor's to
+    their session, from which they carry over into the account they sign up for.
+    """
     lesson = _lesson_or_404(slug)
-    user_id = _user_id(request)
-    if user_id is None:
-        return JsonResponse({"error": "Sign in to keep your progress."}, status=403)
     event = request.POST.get("event", "")
     if event not in _PROGRESS_EVENTS:
         return JsonResponse({"error": "event must be read or answer"}, status=400)
-    if event == "read":
-        progress_mark_read(user_id=user_id, slug=lesson.slug)
-    else:
+    question: int | None = None
+    if event == "answer":
         text = lesson_text(lesson.slug)
         total = len(text.questions) if text is not None else 0
         try:
@@ -388,6 +494,14 @@ def course_progress(request: HttpRequest, slug: str) -> HttpResponse:
             return JsonResponse(
                 {"error": f"question must be 0 to {total - 1}"}, status=400
             )
+    user_id = _user_id(request)
+    if user_id is None:
+        session_progress_note(
+            request.session, slug=lesson.slug, read=event == "read", answer=question
+        )
+    elif question is None:
+        progress_mark_read(user_id=user_id, slug=lesson.slug)
+    else:
         progress_answer(user_id=user_id, slug=lesson.slug, question=question)
     if _wants_json(request):
         return JsonResponse({"ok": True})

@@ -270,3 +270,112 @@ def jobstatus_requeue(*, job_id: uuid.UUID, kind: str, message: str) -> bool:
             )
         )
     return requeued == 1
+
+
+# --- a lease holder's other writes (the lab service's runs) --------------------------
+
+
+def jobstatus_report(
+    *, job_id: uuid.UUID, owner: str, progress: float, message: str
+) -> bool:
+    """Store the owner's progress (0..100) and step; False once it lost the job."""
+    with transaction.atomic():
+        written = _owned(job_id, owner).update(
+            progress=max(0.0, min(100.0, progress)),
+            message=message[:200],
+            version=F("version") + 1,
+        )
+    return written == 1
+
+
+def jobstatus_finish_owned(
+    *, job_id: uuid.UUID, owner: str, result: dict[str, Any]
+) -> bool:
+    """Mark the owner's job done with its result and drop the lease."""
+    with transaction.atomic():
+        done = _owned(job_id, owner).update(
+            state=JobStatus.State.DONE,
+            progress=100.0,
+            message="finished",
+            result=result,
+            lease_owner="",
+            leased_until=None,
+            finished_at=timezone.now(),
+            version=F("version") + 1,
+        )
+    return done == 1
+
+
+def jobstatus_fail_owned(*, job_id: uuid.UUID, owner: str, error: str) -> bool:
+    """Mark the owner's job failed with a one-line reason and drop the lease."""
+    with transaction.atomic():
+        failed = _owned(job_id, owner).update(
+            state=JobStatus.State.FAILED,
+            message="failed",
+            error=error[:4000],
+            lease_owner="",
+            leased_until=None,
+            finished_at=timezone.now(),
+            version=F("version") + 1,
+        )
+    return failed == 1
+
+
+def jobstatus_release(*, job_id: uuid.UUID, owner: str, message: str) -> bool:
+    """Put the owner's running job back in the queue, untouched, as if never taken.
+
+    For a worker that stops before the job could finish: another worker runs it
+    from the start.
+    """
+    with transaction.atomic():
+        released = _owned(job_id, owner).update(
+            state=JobStatus.State.QUEUED,
+            progress=0.0,
+            message=message[:200],
+            lease_owner="",
+            leased_until=None,
+            started_at=None,
+            version=F("version") + 1,
+        )
+    return released == 1
+
+
+def jobstatus_leases_renew(*, kind: str, owner: str, lease_s: float) -> int:
+    """Extend every lease ``owner`` holds on running jobs of ``kind``; return how many.
+
+    A heartbeat, not a change a follower needs to hear of: the version stays.
+    """
+    until = timezone.now() + datetime.timedelta(seconds=lease_s)
+    with transaction.atomic():
+        return JobStatus.objects.filter(
+            kind=kind, state=JobStatus.State.RUNNING, lease_owner=owner
+        ).update(leased_until=until)
+
+
+def jobstatus_leases_expire(
+    *, kind: str, error: str, now: datetime.datetime | None = None
+) -> list[uuid.UUID]:
+    """Fail the running jobs of ``kind`` whose lease ran out; return their ids.
+
+    Their holder stopped renewing (killed, or stalled past the lease): nobody will
+    finish them, so they end now with ``error`` instead of "running" for ever.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        expired = list(
+            JobStatus.objects.select_for_update(skip_locked=True)
+            .filter(kind=kind, state=JobStatus.State.RUNNING, leased_until__lt=now)
+            .values_list("pk", flat=True)
+        )
+        JobStatus.objects.filter(
+            pk__in=expired, state=JobStatus.State.RUNNING, leased_until__lt=now
+        ).update(
+            state=JobStatus.State.FAILED,
+            message="failed",
+            error=error[:4000],
+            lease_owner="",
+            leased_until=None,
+            finished_at=now,
+            version=F("version") + 1,
+        )
+    return expired

@@ -42,7 +42,7 @@ ROUTES: Final[tuple[tuple[re.Pattern[str], Priority | None], ...]] = tuple(
         # A member at the desk: loans and signing in outrank everything.
         (r"^/loans/\d+/return/$", Priority.CRITICAL),
         (r"^/loans/issue/$", Priority.CRITICAL),
-        (r"^/log(in|out)/$", Priority.CRITICAL),
+        (r"^/accounts/log(in|out)/$", Priority.CRITICAL),
         # Work that can wait for a quieter moment: reports, lab runs, dashboards.
         (r"^/jobs/.*report", Priority.LOW),
         (r"^/(realtime/)?reports?/", Priority.LOW),

@@ -3,8 +3,10 @@
 Being staff only opens the admin; every privileged action needs its own permission
 (a superuser has them all). The custom ones are declared in ``Meta.permissions`` of
 the model they act on (``library.Loan``, ``library.Book``, ``jobs.JobStatus``,
-``jobs.ScheduledTaskState``, ``course.LessonProgress``), so the admin can grant
-them to a user or a group; django-rq brings its own dashboard permission.
+``jobs.ScheduledTaskState``), so the admin can grant them to a user or a group;
+django-rq brings its own dashboard permission. Running a lab's live part is not a
+permission: every active account may, unless an operator withdrew it from that
+account (``course.models.LabAllowance``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from jobs.permissions import (
 ISSUE_LOAN: Final = "library.issue_loan"
 RETURN_LOAN: Final = "library.return_loan"
 CORRECT_STOCK: Final = "library.correct_stock"
-RUN_LIVE_LAB: Final = "course.run_live_lab"
 # The admin's Operations history and /metrics (declared on messaging.OutboxMessage).
 VIEW_OPERATIONS: Final = "messaging.view_operations"
 NAMED: Final = (
@@ -37,7 +38,6 @@ NAMED: Final = (
     RUN_REPORT,
     RUN_SCHEDULED_TASK,
     PAUSE_SCHEDULED_TASK,
-    RUN_LIVE_LAB,
     RQ_DASHBOARD,
     VIEW_OPERATIONS,
 )
@@ -49,7 +49,6 @@ __all__ = [
     "PAUSE_SCHEDULED_TASK",
     "RETURN_LOAN",
     "RQ_DASHBOARD",
-    "RUN_LIVE_LAB",
     "RUN_REPORT",
     "RUN_SCHEDULED_TASK",
     "VIEW_OPERATIONS",

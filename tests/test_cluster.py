@@ -341,15 +341,15 @@ def connect(clients: ClientLoop, client: WsClient | SseClient, base: str) -> Non
 
 
 def sign_in(desk: httpx.Client) -> None:
-    desk.get("/login/")
+    desk.get("/accounts/login/")
     login = desk.post(
-        "/login/",
+        "/accounts/login/",
         data={
-            "username": "desk",
+            "login": "desk",
             "password": PASSWORD,
             "csrfmiddlewaretoken": desk.cookies["csrftoken"],
         },
-        headers={"Referer": f"{desk.base_url}login/"},
+        headers={"Referer": f"{desk.base_url}accounts/login/"},
     )
     assert login.status_code == 302, login.text[:300]
     desk.get("/loans/issue/")

@@ -118,8 +118,8 @@ def test_predict_run_compare_and_progress_in_the_browser(
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(f"{live_site}/login/?next=/course/invalidation/")
-    page.fill("#id_username", "reader-b")
+    page.goto(f"{live_site}/accounts/login/?next=/course/invalidation/")
+    page.fill("#id_login", "reader-b")
     page.fill("#id_password", "pw-reader-b-1")
     page.click("form.form button.btn-primary")
     page.wait_for_url("**/course/invalidation/")

@@ -6,26 +6,21 @@ import re
 import uuid
 from typing import Any
 
-import django_rq
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
+from django.utils.timezone import now as django_now
 
 from course.compare import chart_pair, params_compared, tables_compared
 from course.labs.harness.base import Chart
 from course.labs.registry import lab_get
 from course.models import LabRun
-from course.selectors import LivePlace, lab_runs_recent
-from course.services import (
-    LAB_LIVE_QUEUE,
-    lab_run_enqueue,
-    lab_run_execute,
-    live_queue_announce,
-    place_text,
-)
+from course.selectors import lab_runs_recent
+from course.services.labqueue import Requester, lab_run_request
+from course.services.labwork import lab_queue_announce, lab_worker_seen, place_text
+from course.tests.labwork import run_waiting
 from jobs.models import JobStatus
-from library.permissions import RUN_LIVE_LAB, permission_get
 
 pytestmark = pytest.mark.django_db
 
@@ -53,8 +48,7 @@ def test_a_learners_runs_are_kept_listed_and_comparable(
     with django_capture_on_commit_callbacks(execute=False):
         first = run(client)
         second = run(client, edge_capacity="5", prediction="12.5")
-    for job in (first, second):
-        lab_run_execute(job_id=uuid.UUID(job))  # what the worker does
+    assert run_waiting() == 2  # what a lab worker does
 
     runs = lab_runs_recent(slug="cache-layers", visitor=f"user:{user.pk}")
     assert [str(row.job.id) for row in runs] == [second, first]
@@ -94,7 +88,8 @@ def test_an_anonymous_visitor_finds_their_runs_again_by_session(
         job = run(client)
     record = LabRun.objects.get()
     assert record.visitor.startswith("anon:")
-    assert client.session.session_key not in record.visitor  # a digest, not the key
+    assert client.session.session_key not in record.visitor  # not the session key
+    assert client.session["lab_visitor"] not in record.visitor  # a digest of a token
     assert job in client.get("/course/cache-layers/").content.decode()
     assert "Your runs" not in Client().get("/course/cache-layers/").content.decode()
 
@@ -126,32 +121,41 @@ def test_comparing_needs_exactly_two_runs_of_this_lab(learner):
     assert client.get("/course/cache-layers/compare?run=nope&run=1").status_code == 400
 
 
-def test_a_live_run_waits_on_its_own_queue_and_is_told_its_place(
-    redis_client, django_capture_on_commit_callbacks
-):
-    staff = get_user_model().objects.create_user("s", password="pw-staff-123")
-    staff.user_permissions.add(permission_get(RUN_LIVE_LAB))
+def test_waiting_runs_are_told_their_place_in_the_fair_order(redis_client):
     lab = lab_get("message-queues")
-    with django_capture_on_commit_callbacks(execute=True):
-        jobs = [
-            lab_run_enqueue(lab=lab, params={}, user=staff, live=True, visitor="user:x")
-            for _ in range(3)
-        ]
-    assert django_rq.get_queue(LAB_LIVE_QUEUE).get_job_ids() == [
-        f"lab-{job.id}" for job in jobs
-    ]
-    live_queue_announce()  # also run after each enqueue; the messages are settled
+    now = django_now()
+    lab_worker_seen(
+        name="w:1", host="w", pid=1, slots=(1, 1), busy=(0, 0), started_at=now
+    )
+    jobs: list[JobStatus] = []
+    for owner in ("user:a", "user:a", "user:b"):
+        asked = lab_run_request(
+            lab=lab,
+            params={"rounds": len(jobs) + 2},  # not identical: no joining
+            requester=Requester(visitor=owner, client=""),
+            live=False,
+        )
+        assert asked.job is not None
+        jobs.append(asked.job)
+    lab_queue_announce(live=False)
     messages = [JobStatus.objects.get(pk=job.id).message for job in jobs]
+    # a's first, b's first, then a's second: round robin, not arrival order.
     assert messages == [
-        "live runs go one at a time: yours is next",
-        "live runs go one at a time: 1 run ahead of yours",
-        "live runs go one at a time: 2 runs ahead of yours",
+        "waiting for a model slot: yours is next",
+        "waiting for a model slot: 2 runs ahead of yours (1 at once)",
+        "waiting for a model slot: 1 run ahead of yours (1 at once)",
     ]
 
 
-def test_the_place_text_names_the_wait_when_runs_have_finished_before():
-    assert place_text(LivePlace(ahead=3, wait_s=75)) == (
-        "live runs go one at a time: 3 runs ahead of yours, about 75 s"
+def test_the_place_text_names_the_wait_once_runs_have_finished_before():
+    assert place_text(ahead=3, slots=2, typical_run_s=20.0, live=True) == (
+        "waiting for a live slot: 3 runs ahead of yours (2 at once, about 20 s)"
+    )
+    assert place_text(ahead=1, slots=2, typical_run_s=None, live=True) == (
+        "waiting for a live slot: yours is next"
+    )
+    assert "no lab worker" in place_text(
+        ahead=0, slots=0, typical_run_s=None, live=False
     )
 
 

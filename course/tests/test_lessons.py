@@ -14,8 +14,9 @@ from course.labs.registry import LABS, lab_get
 from course.lesson_checks import lesson_problems
 from course.lessons import LESSONS
 from course.models import LessonProgress
-from course.services import PREDICTION_KEY, lab_run_execute
+from course.selectors import PREDICTION_KEY
 from course.sourcecode import ref_resolve, source_path_allowed
+from course.tests.labwork import run_waiting
 from course.textbook import (
     CONTENT_DIR,
     LessonText,
@@ -206,7 +207,7 @@ def test_index_shows_areas_outcomes_reading_time(client):
     assert html.count("After this part you can") == 4
     minutes = sum(_text(slug).reading_minutes for slug in SLUGS)
     assert f"{minutes} min" in html
-    assert "Sign in</a> to keep your progress" in html
+    assert "to keep your progress in an account" in html
 
 
 @pytest.mark.django_db
@@ -256,11 +257,13 @@ def test_progress_is_kept_and_shown(learner):
 
 
 @pytest.mark.django_db
-def test_progress_needs_a_signed_in_learner_and_a_real_question(client, learner):
+def test_progress_needs_a_real_event_and_question(client, learner):
+    # A visitor's step is kept in their session (course.visitors).
     assert (
         client.post("/course/invalidation/progress", {"event": "read"}).status_code
-        == 403
+        == 303
     )
+    assert client.session["course_progress"] == {"invalidation": {"read": True}}
     _, signed_in = learner
     assert (
         signed_in.post("/course/invalidation/progress", {"event": "nap"}).status_code
@@ -305,7 +308,7 @@ def test_a_run_keeps_the_prediction_and_is_explained(
     explain = f"/course/cache-layers/runs/{job_id}/explained"
     assert client.get(explain).status_code == 204  # not run yet: nothing to explain
 
-    lab_run_execute(job_id=job_id)  # what the rq worker does, in this process
+    run_waiting()  # what a lab worker does, in this process
     html = client.get(explain).content.decode()
     lab = lab_get("cache-layers")
     ours = lab.run({**lab.defaults(), "edge_capacity": 2})["tables"]

@@ -1,12 +1,8 @@
 """Publish-subscribe and streams-vs-queues: printed tables, a reference, the command."""
 
-from typing import Any
-
-import django_rq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rq import SimpleWorker
 
 from course.labs.registry import lab_get
 from course.tests import reference_messaging_b as ref
@@ -20,6 +16,7 @@ from course.tests.lab_results import (
     rows,
     run,
 )
+from course.tests.labwork import run_waiting
 from jobs.models import JobStatus
 
 PUBSUB = "publish-subscribe"
@@ -317,8 +314,7 @@ def test_a_run_from_the_page_shows_its_tables(
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(f"/course/{slug}/run", form)
     assert response.status_code == 303
-    worker_class: Any = SimpleWorker  # runs the job in this process
-    django_rq.get_worker("labs", worker_class=worker_class).work(burst=True)
+    run_waiting()  # what a lab worker does, in this process
     job = JobStatus.objects.get()
     assert job.state == "done", job.error
     sets = [arg for name, value in form.items() for arg in ("--set", f"{name}={value}")]

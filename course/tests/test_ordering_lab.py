@@ -19,6 +19,7 @@ from course.tests.lab_results import (
     rows,
     run,
 )
+from course.tests.labwork import run_waiting
 
 SLUG = "ordering-and-partitioning"
 DEFAULTS: dict[str, Any] = {
@@ -287,8 +288,6 @@ def test_lesson_page_offers_the_lab_form(client):
 def test_lesson_page_runs_the_lab_to_the_commands_result(
     client, redis_client, django_capture_on_commit_callbacks
 ):
-    import django_rq
-    from rq import SimpleWorker
 
     from jobs.models import JobStatus
 
@@ -296,8 +295,7 @@ def test_lesson_page_runs_the_lab_to_the_commands_result(
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(f"/course/{SLUG}/run", form)
     assert response.status_code == 303
-    worker_class: Any = SimpleWorker  # runs the job here, inside the transaction
-    django_rq.get_worker("labs", worker_class=worker_class).work(burst=True)
+    run_waiting()  # what a lab worker does, in this process
     job = JobStatus.objects.get()
     assert job.state == "done", job.error
     assert job.result == lab_json(

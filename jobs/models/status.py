@@ -51,7 +51,14 @@ class JobStatus(models.Model):
         verbose_name = "job status"
         verbose_name_plural = "job statuses"
         indexes = [
-            models.Index(fields=["kind", "name", "-created_at"], name="job_kind_name")
+            models.Index(fields=["kind", "name", "-created_at"], name="job_kind_name"),
+            # The unfinished jobs of a kind, a small set among many finished ones:
+            # the lab queue's waiting and running runs (course.services.labqueue).
+            models.Index(
+                fields=["kind", "state", "created_at"],
+                name="job_in_flight",
+                condition=models.Q(state__in=["queued", "running"]),
+            ),
         ]
         # Named in library.permissions: start, cancel and resume reports.
         permissions = [("run_report", "Can run, cancel and resume reports")]

@@ -205,26 +205,3 @@ def test_two_producers_never_both_take_the_last_place(queue):
         thread.join()
     assert sum(r.accepted for r in results) == 10
     assert len(queue.job_ids) == 10
-
-
-@pytest.mark.django_db
-def test_the_lab_runner_refuses_a_run_when_the_labs_queue_is_full(
-    client, redis_client, settings, django_capture_on_commit_callbacks
-):
-    from jobs.models import JobStatus as Row
-
-    settings.LAB_QUEUE_CAPACITY = 1
-    with django_capture_on_commit_callbacks(execute=True):
-        first = client.post(
-            "/course/backpressure/run", headers={"accept": "application/json"}
-        )
-    with django_capture_on_commit_callbacks(execute=True):
-        second = client.post(
-            "/course/backpressure/run", headers={"accept": "application/json"}
-        )
-    assert first.status_code == 202
-    # The refusal reaches the user after the commit: the row says why.
-    refused = Row.objects.exclude(pk=first.json()["job"]).get()
-    assert refused.state == "failed"
-    assert "full" in refused.error
-    assert second.status_code in (202, 503)

@@ -49,7 +49,7 @@ def test_sample_records_depth_and_the_head_jobs_age(queue):
     # The head of the list is the oldest job: the one enqueued first.
     assert found[RQ_OLDEST_AGE.name].values[queue.name] == [pytest.approx(42.0)]
     # Every configured queue is sampled, an empty one with depth 0 and age 0.
-    assert found[RQ_DEPTH.name].values["labs"] is not None
+    assert found[RQ_DEPTH.name].values["messaging"] is not None
 
 
 def test_an_emptied_queue_reads_zero_depth_and_zero_age(queue):

@@ -55,8 +55,8 @@ def desk_site(transactional_db, redis_client):
 
 
 def sign_in(page, base: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("input[name=username]", "desk")
+    page.goto(f"{base}/accounts/login/")
+    page.fill("input[name=login]", "desk")
     page.fill("input[name=password]", PASSWORD)
     page.click("form.card button")
     page.wait_for_url(f"{base}/")

@@ -62,7 +62,7 @@ async def staff_client() -> AsyncClient:
 async def test_anonymous_is_sent_to_login_and_a_reader_is_refused(loans):
     response = await AsyncClient().get(URL, {"month": "2026-01"})
     assert response.status_code == 302
-    assert "/login/" in response["Location"]
+    assert "/accounts/login/" in response["Location"]
     reader = AsyncClient()
     await reader.alogin(username="reader", password=PASSWORD)
     assert (await reader.get(URL, {"month": "2026-01"})).status_code == 403
@@ -187,15 +187,15 @@ def sign_in(port: int) -> str:
 
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base) as client:
-        client.get("/login/")
+        client.get("/accounts/login/")
         client.post(
-            "/login/",
+            "/accounts/login/",
             data={
-                "username": "desk",
+                "login": "desk",
                 "password": PASSWORD,
                 "csrfmiddlewaretoken": client.cookies["csrftoken"],
             },
-            headers={"Referer": base + "/login/"},
+            headers={"Referer": base + "/accounts/login/"},
         )
         return str(client.cookies["sessionid"])
 

@@ -49,7 +49,7 @@ def loans() -> dict[str, Any]:
 def test_start_page_is_for_staff_only(client, staff, reader):
     response = client.get("/jobs/reports/monthly/")
     assert response.status_code == 302
-    assert response["Location"].startswith("/login/")
+    assert response["Location"].startswith("/accounts/login/")
     assert signed_in(reader).get("/jobs/reports/monthly/").status_code == 403
     assert signed_in(reader).post("/jobs/reports/monthly/", {}).status_code == 403
     page = signed_in(staff).get("/jobs/reports/monthly/")

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 def _login_redirect(response, url: str) -> bool:
     location: str = response.get("Location", "")
     return response.status_code == 302 and location.startswith(
-        f"{reverse('login')}?next={url}"
+        f"{reverse('account_login')}?next={url}"
     )
 
 
@@ -159,9 +159,11 @@ def test_server_error_page_renders_without_a_request_context():
 
 
 def test_login_page_uses_the_site_template(client):
-    response = client.get(reverse("login"))
+    response = client.get(reverse("account_login"))
     assert response.status_code == 200
-    assert "registration/login.html" in _templates(response)
+    templates = _templates(response)
+    assert "account/login.html" in templates
+    assert "base.html" in templates  # allauth's page in the site's layout
 
 
 # --- Member history -------------------------------------------------------------------

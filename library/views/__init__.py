@@ -167,6 +167,19 @@ def permission_denied(request: HttpRequest, exception: Exception) -> HttpRespons
     return render(request, "403.html", status=403)
 
 
+# What a rate-limited sign-up or sign-in (django-allauth) is told to wait.
+RATE_LIMITED_RETRY_S = 60
+
+
+def too_many_requests(request: HttpRequest) -> HttpResponse:
+    """The page of a rate-limited request (allauth's sign-up and sign-in)."""
+    response = render(
+        request, "429.html", {"retry_s": RATE_LIMITED_RETRY_S}, status=429
+    )
+    response["Retry-After"] = str(RATE_LIMITED_RETRY_S)
+    return response
+
+
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     return render(request, "404.html", status=404)
 

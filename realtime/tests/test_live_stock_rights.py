@@ -40,7 +40,7 @@ def signed_in(*, may_correct: bool = True) -> tuple[User, Client]:
     if may_correct:
         user.user_permissions.add(permission_get(CORRECT_STOCK))
     client = Client()
-    response = client.post("/login/", {"username": "desk", "password": "x"})
+    response = client.post("/accounts/login/", {"login": "desk", "password": "x"})
     assert response.status_code == 302
     assert "sessionid" in client.cookies
     return user, client
@@ -73,7 +73,7 @@ async def test_correction_is_refused_on_the_same_socket_after_logout(branch):
     ws = await open_socket(client)
     assert await correct(ws, 7) == {"type": "corrected", "book": 1, "on_shelf": 7}
 
-    await sync_to_async(client.post)("/logout/")
+    await sync_to_async(client.post)("/accounts/logout/")
     assert not await Session.objects.filter(session_key=session_key).aexists()
 
     reply = await correct(ws, 9)

@@ -23,7 +23,7 @@ def test_anonymous_user_is_sent_to_sign_in_and_sees_no_pid(client, settings):
     settings.LAB_ROUTES = False
     response = client.get(URL)
     assert response.status_code == 302
-    assert response["Location"] == f"{reverse('login')}?next={URL}"
+    assert response["Location"] == f"{reverse('account_login')}?next={URL}"
     assert b"pid" not in response.content
 
 

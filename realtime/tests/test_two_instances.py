@@ -75,16 +75,16 @@ def issue_loan_through_form(port: int, book_id: int) -> None:
     """Sign in as staff and issue a loan with the real form (CSRF and all)."""
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base, follow_redirects=False) as client:
-        client.get("/login/")
+        client.get("/accounts/login/")
         token = client.cookies["csrftoken"]
         login = client.post(
-            "/login/",
+            "/accounts/login/",
             data={
-                "username": "desk",
+                "login": "desk",
                 "password": PASSWORD,
                 "csrfmiddlewaretoken": token,
             },
-            headers={"Referer": base + "/login/"},
+            headers={"Referer": base + "/accounts/login/"},
         )
         assert login.status_code == 302, login.text[:300]
         client.get("/loans/issue/")
@@ -182,8 +182,8 @@ def test_three_tabs_on_two_instances_follow_a_loan_from_a_fourth(instances, brow
         tabs.append(tab)
 
     desk = browser.new_context().new_page()  # the fourth tab: staff at the desk
-    desk.goto(f"http://127.0.0.1:{port_b}/login/")
-    desk.fill("input[name=username]", "desk")
+    desk.goto(f"http://127.0.0.1:{port_b}/accounts/login/")
+    desk.fill("input[name=login]", "desk")
     desk.fill("input[name=password]", PASSWORD)
     desk.click("form.card button")
     desk.goto(f"http://127.0.0.1:{port_b}/loans/issue/?book=1")

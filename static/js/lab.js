@@ -8,8 +8,14 @@
  * 3. Network errors and 5xx answers back off exponentially with jitter, so a restarting
  *    server is not hit by every open tab at the same instant.
  * 4. The job id lives in the address (?job=<id>), so a reload resumes the same run.
- * 5. "Also measure the live system" (staff) adds the live part: its steps show in
- *    the progress line ("live: …") and its tables (live_…) follow the model's.
+ * 5. "Also measure the live system" (any signed-in learner) adds the live part: its
+ *    steps show in the progress line ("live: …") and its tables (live_…) follow the
+ *    model's.
+ * 6. The server may join the run to an identical one already waiting or running
+ *    (202 with joined), reuse a finished model run (202 with reused), or offer a
+ *    finished identical live run (200 with offer): the learner then takes its
+ *    result or runs their own anyway. A refusal names why, and a 429/503 when a
+ *    retry helps (Retry-After): the Run button counts down to it.
  */
 (function () {
   "use strict";
@@ -34,6 +40,10 @@
   const messageLine = panel.querySelector("[data-message]");
   const output = panel.querySelector("[data-output]");
   const explainedBox = panel.querySelector("[data-explained]");
+  const offerBox = form.querySelector("[data-offer]");
+  const offerText = form.querySelector("[data-offer-text]");
+  const runActions = form.querySelector("[data-run-actions]");
+  const sharedLine = panel.querySelector("[data-shared]");
 
   let current = null; // the run being followed: {id, version, failures, timer}
 
@@ -90,6 +100,47 @@
     runButton.textContent = busy ? "Running…" : "Run the lab";
   }
 
+  function showOffer(text) {
+    if (!offerBox) return;
+    offerText.textContent = text;
+    offerBox.hidden = !text;
+    runActions.hidden = Boolean(text);
+  }
+
+  function showShared(text) {
+    if (!sharedLine) return;
+    sharedLine.textContent = text || "";
+    sharedLine.hidden = !text;
+  }
+
+  // A refusal a retry cures (429, 503 with Retry-After): count the button down.
+  function holdUntilRetry(seconds) {
+    let left = Math.max(1, Math.ceil(seconds));
+    runButton.disabled = true;
+    const tick = () => {
+      if (left <= 0) {
+        setBusy(false);
+        return;
+      }
+      runButton.textContent = `Run again in ${left} s`;
+      left -= 1;
+      setTimeout(tick, 1000);
+    };
+    tick();
+  }
+
+  function refusalBox(body) {
+    const box = alertBox("error", body.error || "The run was refused.");
+    if (body.signup_url) {
+      const link = node("a", "btn btn-sm btn-primary", "Sign up");
+      link.href = `${body.signup_url}?next=${encodeURIComponent(location.pathname)}`;
+      const line = node("p");
+      line.appendChild(link);
+      box.appendChild(line);
+    }
+    return box;
+  }
+
   function defaultsDiffer() {
     const texts = Array.from(form.querySelectorAll("input[type=text]"));
     const boxes = Array.from(form.querySelectorAll("input[type=checkbox]"));
@@ -117,9 +168,10 @@
     setBusy(true);
     let response;
     try {
+      // The submitter carries the learner's choice on an offer (reuse or fresh).
       response = await fetch(config.runUrl, {
         method: "POST",
-        body: new FormData(form),
+        body: new FormData(form, event.submitter || null),
         credentials: "same-origin",
         headers: { Accept: "application/json", "X-CSRFToken": csrfToken() },
       });
@@ -128,22 +180,27 @@
       setBusy(false);
       return;
     }
+    const body = await response.json().catch(() => ({}));
     if (response.status === 202) {
-      const started = await response.json();
-      history.replaceState(null, "", started.lesson_url);
-      follow(started.job, 0);
+      showOffer("");
+      history.replaceState(null, "", body.lesson_url);
+      follow(body.job, 0);
+      showShared(body.message);
       return;
     }
     setBusy(false);
-    if (response.status === 400) {
-      const body = await response.json().catch(() => ({}));
+    if (response.status === 200 && body.offer) {
+      showOffer(body.offer.message);
+      offerBox.querySelector("[data-choice=reuse]").focus();
+    } else if (body.errors) {
+      // 400: one reason per field; 403: the live part refused for this account.
       showFieldErrors(body.errors);
+    } else if (body.error) {
+      formErrors.appendChild(refusalBox(body));
+      const retry = Number(response.headers.get("Retry-After"));
+      if (retry > 0) holdUntilRetry(retry);
     } else if (response.status === 403) {
-      // A refused field (the live part is for staff) comes with its reason;
-      // a bare 403 is the CSRF check.
-      const body = await response.json().catch(() => ({}));
-      if (body.errors) showFieldErrors(body.errors);
-      else formErrors.appendChild(alertBox("error", "The page's security token is no longer valid. Reload the page and run again."));
+      formErrors.appendChild(alertBox("error", "The page's security token is no longer valid. Reload the page and run again."));
     } else {
       formErrors.appendChild(alertBox("error", `The run could not be started (HTTP ${response.status}). Try again in a moment.`));
     }
@@ -253,7 +310,15 @@
       renderResult(job.result);
       explain(job.id);
     } else if (job.state === "failed") {
-      output.replaceChildren(alertBox("error", job.error || "The run failed."));
+      // The form still holds the run's parameters: one press runs it again.
+      const box = alertBox("error", job.error || "The run failed.");
+      const again = node("button", "btn btn-sm", "Run it again");
+      again.type = "submit";
+      again.setAttribute("form", "lab-form");
+      const line = node("p");
+      line.appendChild(again);
+      box.appendChild(line);
+      output.replaceChildren(box);
     } else {
       output.replaceChildren(alertBox("warning", `The run ended as ${job.state}.`));
     }

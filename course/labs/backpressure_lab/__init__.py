@@ -47,6 +47,7 @@ LAB = Lab(
             "length of the run (ms)",
             minimum=100,
             maximum=120_000,
+            work="value",
         ),
         Param(
             "produce_per_s",
@@ -55,6 +56,7 @@ LAB = Lab(
             "jobs produced per second",
             minimum=1,
             maximum=2000,
+            work="value",
         ),
         Param(
             "consume_per_s",

@@ -38,6 +38,7 @@ LAB = Lab(
             "list requests in the cardinality stream",
             minimum=0,
             maximum=100_000,
+            work="value",
         ),
     ),
     model=model.model,

@@ -35,6 +35,7 @@ LAB = Lab(
             "requests in each stream",
             minimum=0,
             maximum=200_000,
+            work="value",
         ),
         Param(
             "users",

@@ -40,6 +40,7 @@ LAB = Lab(
             "requests in each workload",
             minimum=0,
             maximum=200_000,
+            work="value",
         ),
         Param("seed", "int", 20250729, "generator seed", minimum=0, maximum=SEED_MAX),
         Param(
@@ -50,6 +51,7 @@ LAB = Lab(
             minimum=0,
             min_items=0,
             maximum=1_000_000,
+            work="count",
         ),
         Param(
             "breakdown_capacity",

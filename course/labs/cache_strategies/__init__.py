@@ -41,7 +41,13 @@ LAB = Lab(
     title="Cache Strategies",
     params=(
         Param(
-            "ops", "int", 1200, "operations in the workload", minimum=0, maximum=200_000
+            "ops",
+            "int",
+            1200,
+            "operations in the workload",
+            minimum=0,
+            maximum=200_000,
+            work="value",
         ),
         Param("seed", "int", 20250729, "generator seed", minimum=0, maximum=SEED_MAX),
         Param(

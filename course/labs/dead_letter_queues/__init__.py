@@ -45,6 +45,7 @@ LAB = Lab(
             "overdue notifications (0: none to deliver)",
             minimum=0,
             maximum=5000,
+            work="value",
         ),
         Param(
             "permanent",
@@ -72,6 +73,7 @@ LAB = Lab(
             minimum=1,
             maximum=100,
             min_items=0,
+            work="count",
         ),
     ),
     model=model.model,

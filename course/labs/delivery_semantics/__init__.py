@@ -41,6 +41,7 @@ LAB = Lab(
             "overdue notifications in the outbox (0: an empty outbox)",
             minimum=0,
             maximum=5000,
+            work="value",
         ),
         Param(
             "crashes",

@@ -104,6 +104,10 @@ class Param:
     min_items: int = 1
     max_items: int = 12
     max_length: int = 200
+    # How the run's work grows with this parameter (course.policies.run_cost): with
+    # its value (requests, messages), with how many values its list holds (one
+    # replay per capacity), or not at all (a seed, a timeout).
+    work: Literal["value", "count"] | None = None
 
     def parse(self, text: str) -> ParamValue:
         """Turn command-line or form text into a checked value."""

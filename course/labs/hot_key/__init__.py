@@ -43,6 +43,7 @@ LAB = Lab(
             "readers arriving at the same instant",
             minimum=0,
             maximum=10_000,
+            work="value",
         ),
         Param(
             "origin_delay_ms",
@@ -83,6 +84,7 @@ LAB = Lab(
             "requests routed to the shards (0: no shard load)",
             minimum=0,
             maximum=200_000,
+            work="value",
         ),
         Param("shards", "int", 4, "cache nodes", minimum=1, maximum=32),
         Param(
@@ -93,6 +95,7 @@ LAB = Lab(
             minimum=1,
             min_items=0,
             maximum=100_000,
+            work="count",
         ),
     ),
     model=model.model,

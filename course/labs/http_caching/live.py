@@ -22,7 +22,7 @@ from library.services import stock_correct
 # --- live part: the real views behind a real daphne ------------------------------
 
 LIVE_BOOK_ID = 7
-LIVE_LOGIN_PATH = "/login/"
+LIVE_LOGIN_PATH = "/accounts/login/"
 
 
 @contextmanager
@@ -83,7 +83,7 @@ def signed_in_staff(client: Any, run: str) -> Iterator[None]:
             client.post(
                 LIVE_LOGIN_PATH,
                 data={
-                    "username": username,
+                    "login": username,
                     "password": password,
                     "csrfmiddlewaretoken": _csrf_token(form.text),
                 },
@@ -96,7 +96,7 @@ def signed_in_staff(client: Any, run: str) -> Iterator[None]:
         token = client.cookies.get("csrftoken")
         if token:
             with suppress(Exception):
-                client.post("/logout/", data={"csrfmiddlewaretoken": token})
+                client.post("/accounts/logout/", data={"csrfmiddlewaretoken": token})
         client.cookies.clear()
         users.objects.filter(username=username).delete()
 

@@ -42,7 +42,13 @@ LAB = Lab(
     title="Invalidation",
     params=(
         Param(
-            "ops", "int", 1200, "operations in the workload", minimum=0, maximum=200_000
+            "ops",
+            "int",
+            1200,
+            "operations in the workload",
+            minimum=0,
+            maximum=200_000,
+            work="value",
         ),
         Param("seed", "int", 20250729, "generator seed", minimum=0, maximum=SEED_MAX),
         Param(
@@ -54,6 +60,7 @@ LAB = Lab(
             maximum=1_000_000,
             min_items=0,
             max_items=8,
+            work="count",
         ),
         Param(
             "delays",
@@ -65,6 +72,7 @@ LAB = Lab(
             maximum=1_000_000,
             min_items=0,
             max_items=8,
+            work="count",
         ),
     ),
     model=model.model,

@@ -37,6 +37,7 @@ LAB = Lab(
             "requests sent at once (0: none, an empty table)",
             minimum=0,
             maximum=200,
+            work="value",
         ),
         Param(
             "max_concurrent",

@@ -44,6 +44,7 @@ LAB = Lab(
             "loan records the report adds up",
             minimum=1,
             maximum=1_000_000,
+            work="value",
         ),
         Param(
             "chunk",

@@ -48,8 +48,17 @@ LAB = Lab(
             maximum=100,
             min_items=0,
             max_items=10,
+            work="count",
         ),
-        Param("rounds", "int", 6, "rounds in the depth run", minimum=1, maximum=500),
+        Param(
+            "rounds",
+            "int",
+            6,
+            "rounds in the depth run",
+            minimum=1,
+            maximum=500,
+            work="value",
+        ),
         Param("production", "int", 5, "jobs written per round", minimum=0, maximum=500),
         Param(
             "consumption_rate",

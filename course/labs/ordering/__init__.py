@@ -127,6 +127,7 @@ def _counts(name: str, default: list[int], what: str) -> Param:
         maximum=100,
         min_items=0,
         max_items=12,
+        work="count",
     )
 
 
@@ -141,6 +142,7 @@ LAB = Lab(
             "loan events in the main workload",
             minimum=0,
             maximum=20_000,
+            work="value",
         ),
         Param(
             "seed",
@@ -167,6 +169,7 @@ LAB = Lab(
             "events in the hot-key workload (book 3 is hot)",
             minimum=0,
             maximum=20_000,
+            work="value",
         ),
         Param(
             "hot_seed",

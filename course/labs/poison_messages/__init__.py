@@ -66,6 +66,7 @@ LAB = Lab(
             "consumers failing at the same instant",
             minimum=1,
             maximum=10_000,
+            work="value",
         ),
         Param("attempts", "int", 4, "retries per consumer", minimum=1, maximum=100),
         Param(

@@ -47,6 +47,7 @@ LAB = Lab(
             "rounds in the slow-subscriber run",
             minimum=1,
             maximum=500,
+            work="value",
         ),
         Param(
             "per_round",
@@ -55,6 +56,7 @@ LAB = Lab(
             "events published per round",
             minimum=0,
             maximum=500,
+            work="value",
         ),
         Param(
             "budget",

@@ -44,6 +44,7 @@ LAB = Lab(
             "run instants listed per definition",
             minimum=1,
             maximum=MAX_RUNS,
+            work="value",
         ),
     ),
     model=model.model,

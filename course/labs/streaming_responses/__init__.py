@@ -30,7 +30,7 @@ LAB = Lab(
     slug="streaming-responses",
     title="Streaming Responses",
     params=(
-        Param("lines", "int", 10, "report lines", minimum=0, maximum=200),
+        Param("lines", "int", 10, "report lines", minimum=0, maximum=200, work="value"),
         Param(
             "line_ms", "int", 100, "time to make one line (ms)", minimum=0, maximum=2000
         ),

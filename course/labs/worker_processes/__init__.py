@@ -45,6 +45,7 @@ LAB = Lab(
             "equal jobs in the queue (0: an empty queue, no slices)",
             minimum=0,
             maximum=500,
+            work="value",
         ),
         Param(
             "job_ms", "int", 100, "how long one job waits (ms)", minimum=1, maximum=5000
@@ -58,6 +59,7 @@ LAB = Lab(
             maximum=16,
             min_items=0,
             max_items=6,
+            work="count",
         ),
     ),
     model=model.model,
