@@ -214,17 +214,6 @@ LAB_QUEUE_CAPACITY = env_int("LIBRARY_LAB_QUEUE_CAPACITY", 20, minimum=1)
 # Lab runs one visitor (a learner, or an anonymous session) may have waiting or
 # running at once; past it a run is refused with a message, not queued.
 LAB_RUNS_PER_VISITOR = env_int("LIBRARY_LAB_RUNS_PER_VISITOR", 3, minimum=1)
-# Redis databases a live lab run may take as its sandbox (course.sandbox), one per
-# run at a time; the operator's own database is never among them.
-try:
-    LAB_SANDBOX_REDIS_DBS = [
-        int(db) for db in env_list("LIBRARY_LAB_REDIS_DBS", ["1", "2", "3", "4"])
-    ]
-except ValueError:
-    raise ImproperlyConfigured(
-        "LIBRARY_LAB_REDIS_DBS must list Redis database numbers, e.g. 1,2,3,4"
-    ) from None
-
 # channels-redis waits for a consumer's next message with a 5 s blocking pop
 # (RedisChannelLayer.brpop_timeout); redis-py's default read timeout is also 5 s, so
 # an idle consumer's read could time out first and kill its socket with 1011. The read

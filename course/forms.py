@@ -74,7 +74,7 @@ class LabForm(forms.Form):
             # and a request asking for the live part must be refused, not ignored.
             help_text = (
                 "Asks the real system the same question in a sandbox of its own "
-                "(a copy of the database, its own Redis database, its own rq "
+                "(a copy of the database, its own Redis server, its own rq "
                 "workers or web servers), measures what really happens and "
                 "removes the sandbox; live runs go one at a time and take tens "
                 "of seconds."
