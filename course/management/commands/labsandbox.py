@@ -2,10 +2,11 @@
 
     manage.py labsandbox SLUG --params JSON
 
-The parent gives this process the sandbox's environment (its database, its Redis
-database, the sandbox mark), so everything the live part starts works in the
-sandbox too. Stdout carries JSON lines only: ``{"progress": f, "label": l}`` while
-the part runs, then one answer, ``{"tables": …}`` or ``{"error": "…"}``.
+The parent gives this process the sandbox's environment (its database, the socket
+of its own Redis server, the sandbox mark), so everything the live part starts
+works in the sandbox too. Stdout carries JSON lines only:
+``{"progress": f, "label": l}`` while the part runs, then one answer,
+``{"tables": …}`` or ``{"error": "…"}``.
 """
 
 from __future__ import annotations
