@@ -1,4 +1,4 @@
-"""Drive the lab from a real browser against real daphne and rq worker processes."""
+"""Drive the lab from a real browser against real daphne and lab worker processes."""
 
 import subprocess
 
@@ -25,7 +25,7 @@ pytestmark = [
 
 @pytest.fixture
 def live_site(transactional_db, redis_client):
-    """A daphne server and an rq worker on the test database; yields the base URL."""
+    """A daphne server and a lab worker on the test database; yields the base URL."""
     env = child_env()
     port = free_port()
     server = subprocess.Popen(
@@ -34,7 +34,7 @@ def live_site(transactional_db, redis_client):
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     worker = subprocess.Popen(
-        manage("rqworker", "labs"),
+        manage("labworker", "--live-slots", "1", "--model-slots", "1"),
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -187,3 +187,64 @@ def test_lesson_pages_look_right_on_desktop_and_phone(live_site, browser, slug):
         assert overflow <= 0, f"{slug} scrolls sideways at {width} px"
         page.screenshot(path=str(SHOTS / f"lesson-{slug}-{name}.png"), full_page=True)
         page.close()
+
+
+def test_sign_up_verify_sign_in_run_live_and_see_progress(
+    live_site, browser, monkeypatch
+):
+    """A new learner: sign up, verify the address, sign in, run the live part,
+    and find the run on the account page. The mail is read from the server's
+    console output (the development mail backend)."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from allauth.account.models import EmailAddress
+
+    from course.models import LabRun
+
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{live_site}/course/delivery-semantics/")
+    assert page.locator("#id_live").is_disabled()  # no account: model only
+    page.click("[data-field=live] >> text=Sign up")  # the invitation beside the box
+    page.fill("#id_username", "grace")
+    page.fill("#id_email", "grace@example.org")
+    page.fill("#id_password1", "a-long-pass-phrase-1")
+    page.fill("#id_password2", "a-long-pass-phrase-1")
+    page.screenshot(path=str(SHOTS / "account-sign-up-phone.png"), full_page=True)
+    page.click("form.account-form button[type=submit]")
+    page.wait_for_url("**/accounts/confirm-email/")
+    # The key of the address's confirmation, as the link in the mail carries it.
+    address = EmailAddress.objects.get(email="grace@example.org")
+    assert not address.verified
+    from allauth.account.models import EmailConfirmationHMAC
+
+    key = EmailConfirmationHMAC(address).key
+    page.goto(f"{live_site}/accounts/confirm-email/{key}/")
+    page.click("form.account-form button[type=submit]")
+    page.wait_for_load_state()
+    address.refresh_from_db()
+    assert address.verified
+    if "/accounts/login/" in page.url:  # confirmation signs in only in its session
+        page.fill("#id_login", "grace")
+        page.fill("#id_password", "a-long-pass-phrase-1")
+        page.click("form.account-form button[type=submit]")
+        page.wait_for_load_state()
+
+    page.goto(f"{live_site}/course/delivery-semantics/")
+    assert not page.locator("#id_live").is_disabled()
+    page.check("#id_live")
+    page.fill("#id_messages", "6")
+    page.click("[data-run]")
+    page.wait_for_selector('table.data[data-table="live_modes"]', timeout=180_000)
+    assert page.locator("[data-state]").inner_text() == "done"
+    run = LabRun.objects.get()
+    assert run.live
+    assert run.visitor.startswith("user:")
+
+    page.goto(f"{live_site}/account/")
+    assert "Your progress across the course" in page.content()
+    row = page.locator('.account-lessons li[data-lesson="delivery-semantics"]')
+    assert row.locator("[data-runs]").inner_text() == "1 run"
+    assert page.locator("text=model + live").count() == 1
+    page.screenshot(path=str(SHOTS / "account-progress-phone.png"), full_page=True)
+    assert errors == []

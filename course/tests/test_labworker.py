@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
 
 from course.labs.registry import lab_get
 from course.models import LabWorkerState
@@ -87,11 +88,12 @@ def test_a_worker_runs_a_waiting_model_run_below_the_librarys_priority(
 def test_a_sigkilled_worker_leaves_a_failed_run_and_no_sandbox(workers, redis_client):
     first = start_worker("--live-slots", "1", "--model-slots", "1")
     workers.append(first)
+    user = get_user_model().objects.create_user("ada", password="pw-learner-1")
     # A live run long enough to be caught in the middle: 60 lines, 100 ms apart.
     asked = lab_run_request(
         lab=lab_get("streaming-responses"),
         params={"lines": 60, "line_ms": 100},
-        requester=LEARNER,
+        requester=Requester(visitor=f"user:{user.pk}", client="", user=user),
         live=True,
     )
     assert asked.job is not None
