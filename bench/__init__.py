@@ -14,4 +14,5 @@ BENCHMARKS: tuple[str, ...] = (
     "shedding",
     "realtime_sse",
     "broadcast",
+    "class",
 )

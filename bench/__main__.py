@@ -33,7 +33,7 @@ from bench.common import (
 )
 
 # Benchmarks whose module (and results file) has another name: bench/<module>.py.
-MODULE_OF: dict[str, str] = {"realtime_sse": "sse"}
+MODULE_OF: dict[str, str] = {"realtime_sse": "sse", "class": "classroom"}
 
 
 def parse(argv: list[str], modules: dict[str, ModuleType]) -> argparse.Namespace:

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -40,14 +38,13 @@ from typing import Any, Final
 
 from bench.common import (
     BENCH_REDIS_DB,
-    ROOT,
     BenchError,
     Children,
     choose_database,
+    collect_static,
     flush_bench_redis,
     format_table,
     free_port,
-    manage,
     markdown_page,
     median,
     migrate,
@@ -143,19 +140,7 @@ def fresh_course_database(children: Children, options: argparse.Namespace) -> No
     # The course's rows, not the demo library's: the demo library may change, and
     # the catalogue pages' sizes (and so the timings) would move with it.
     dataset_load()
-    # With DEBUG off the pages name manifest-hashed static files, as in production:
-    # the manifest comes from collectstatic (``staticfiles/``, as ``make run`` does).
-    for command in (("collectstatic", "--noinput", "--verbosity", "0"),):
-        result = subprocess.run(
-            manage(*command),
-            cwd=ROOT,
-            env={**os.environ, **children.environment},
-            capture_output=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            error = result.stderr.decode(errors="replace")
-            raise BenchError(f"{command[0]} failed:\n{error}")
+    collect_static(children)
     flush_bench_redis()
 
 

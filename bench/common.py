@@ -379,6 +379,24 @@ def migrate(children: Children) -> None:
         raise BenchError(f"migrate failed:\n{result.stderr.decode(errors='replace')}")
 
 
+def collect_static(children: Children) -> None:
+    """Run ``manage.py collectstatic`` for the children, as ``make run`` does.
+
+    With DEBUG off the pages name manifest-hashed static files, as in production;
+    the manifest comes from ``staticfiles/``.
+    """
+    result = subprocess.run(
+        manage("collectstatic", "--noinput", "--verbosity", "0"),
+        cwd=ROOT,
+        env={**os.environ, **children.environment},
+        capture_output=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        error = result.stderr.decode(errors="replace")
+        raise BenchError(f"collectstatic failed:\n{error}")
+
+
 # --- Numbers ------------------------------------------------------------------
 
 

@@ -9,8 +9,7 @@ from jobs.scheduler import PeriodicTask
 
 PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
-        # Abandoned rq jobs retried or failed, dead lab runs marked failed
-        # (jobs.supervision).
+        # Abandoned rq jobs retried or failed (jobs.supervision).
         name="rq_maintenance",
         func="jobs.supervision.rq_maintenance",
         recurrence=Every.minutes(1),

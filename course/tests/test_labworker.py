@@ -54,6 +54,11 @@ def state_of(job_id: object) -> JobStatus:
     return JobStatus.objects.get(pk=job_id)
 
 
+def finished(job_id: object) -> JobStatus | None:
+    job = state_of(job_id)
+    return job if job.is_finished else None
+
+
 def nice_of(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[16])  # field 19 of stat, counted after the command name
@@ -69,10 +74,8 @@ def test_a_worker_runs_a_waiting_model_run_below_the_librarys_priority(
         lab=lab_get("message-queues"), params={"visibility": 17}, requester=LEARNER
     )
     assert asked.job is not None
-    done = wait_until(
-        lambda: (job := state_of(asked.job.pk)).is_finished and job,  # type: ignore[union-attr]
-        "the model run to finish",
-    )
+    job_id = asked.job.pk
+    done = wait_until(lambda: finished(job_id), "the model run to finish")
     assert done.state == "done", done.error
     assert done.result == lab_get("message-queues").run(
         lab_get("message-queues").validate({"visibility": 17})
@@ -116,9 +119,7 @@ def test_a_sigkilled_worker_leaves_a_failed_run_and_no_sandbox(workers, redis_cl
     # Another worker's heartbeat fails the run once its lease has run out, and
     # sweeps the dead worker's sandbox.
     workers.append(start_worker("--live-slots", "1", "--model-slots", "1"))
-    failed = wait_until(
-        lambda: (job := state_of(job_id)).is_finished and job, "the run to fail"
-    )
+    failed = wait_until(lambda: finished(job_id), "the run to fail")
     assert (failed.state, failed.error) == ("failed", EXPIRED)
     wait_until(lambda: not sandbox_pids(sandbox_id), "the sandbox's processes to go")
     wait_until(
