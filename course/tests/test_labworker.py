@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,11 +51,11 @@ def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
         process.wait()
 
 
-def state_of(job_id: object) -> JobStatus:
+def state_of(job_id: uuid.UUID) -> JobStatus:
     return JobStatus.objects.get(pk=job_id)
 
 
-def finished(job_id: object) -> JobStatus | None:
+def finished(job_id: uuid.UUID) -> JobStatus | None:
     job = state_of(job_id)
     return job if job.is_finished else None
 
