@@ -34,7 +34,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from course.labs.harness.base import Cell, Lab, Table, Tables
+from course.labs.harness.base import Cell, Lab, LabError, Table, Tables
 from course.labs.registry import lab_find
 
 CONTENT_DIR = Path(__file__).resolve().parent / "content"
@@ -43,7 +43,11 @@ DIAGRAM_STATIC = "course/diagrams/{name}.svg"
 WORDS_PER_MINUTE = 220
 MIN_WORDS = 1200
 
-_VALUE = re.compile(r"\{\{\s*([a-z0-9_]+)\[([^\]]+)\]\.([a-z0-9_]+)\s*\}\}")
+# {{table[row].column}}, or with changed parameters, run by the model for the text:
+# {{table[row].column@requests=900,capacities=4;8}} (a list's values joined by ";").
+_VALUE = re.compile(
+    r"\{\{\s*([a-z0-9_]+)\[([^\]]+)\]\.([a-z0-9_]+)(?:@([^}]*))?\s*\}\}"
+)
 _PARAM = re.compile(r"\{\{\s*param:([a-z0-9_]+)\s*\}\}")
 _BLOCK = re.compile(r"<p>\[\[(table|diagram):([a-z0-9_-]+)\]\]</p>")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\u2019-]*")
@@ -141,6 +145,28 @@ def default_tables(slug: str) -> Tables:
     return lab.run(lab.defaults())["tables"]
 
 
+@lru_cache(maxsize=128)
+def changed_tables(slug: str, changes: str) -> Tables:
+    """Return the model's tables with the parameters ``changes`` names changed.
+
+    ``changes`` is ``name=value,name=value`` as a placeholder writes it, a list's
+    values joined by ``;``. Raise KeyError naming what does not parse.
+    """
+    lab = lab_find(slug)
+    if lab is None:
+        raise KeyError("the lesson has no lab")
+    overrides: dict[str, str] = {}
+    for part in changes.split(","):
+        name, sep, text = part.strip().partition("=")
+        if not sep:
+            raise KeyError(f"{part.strip()!r} is not name=value")
+        overrides[name.strip()] = text.strip().replace(";", ",")
+    try:
+        return lab.run(lab.resolve(overrides))["tables"]
+    except LabError as error:
+        raise KeyError(str(error)) from None
+
+
 def row_index(table: Table, key: str) -> int | None:
     """Return the index of the row named ``key`` (its first cell) or ``#n``."""
     if key.startswith("#"):
@@ -207,7 +233,7 @@ def _predict(
     if not isinstance(raw, dict):
         return None
     return Predict(
-        prompt=_fill(_text(raw.get("prompt")), tables, lab, problems),
+        prompt=placeholders_fill(_text(raw.get("prompt")), tables, lab, problems),
         table=_text(raw.get("table")),
         row=_text(raw.get("row")),
         column=_text(raw.get("column")),
@@ -255,13 +281,21 @@ def _markdown() -> MarkdownIt:
 _MD = _markdown()
 
 
-def _fill(body: str, tables: Tables, lab: Lab | None, problems: list[str]) -> str:
-    """Fill in the model's values for ``{{table[row].column}}`` and ``{{param:x}}``."""
+def placeholders_fill(
+    body: str, tables: Tables, lab: Lab | None, problems: list[str]
+) -> str:
+    """Fill in the model's values for ``{{table[row].column}}`` (with ``@changes``:
+    from a model run with those parameters) and ``{{param:x}}``."""
 
     def value(match: re.Match[str]) -> str:
-        name, row, column = match.groups()
+        name, row, column, changes = match.groups()
         try:
-            return cell_text(table_cell(tables, name, row.strip(), column))
+            source = tables
+            if changes:
+                if lab is None:
+                    raise KeyError("the lesson has no lab")
+                source = changed_tables(lab.slug, changes.strip())
+            return cell_text(table_cell(source, name, row.strip(), column))
         except KeyError as error:
             problems.append(f"{match.group(0)}: {error.args[0]}")
             return "?"
@@ -399,7 +433,7 @@ def _load(slug: str, text: str) -> LessonText:
     lab = lab_find(slug)
     tables = default_tables(slug)
     problems: list[str] = []
-    filled = _fill(body, tables, lab, problems)
+    filled = placeholders_fill(body, tables, lab, problems)
     tokens = _MD.parse(filled)
     rendered = _MD.renderer.render(tokens, _MD.options, {})
     clean = nh3.clean(
@@ -438,7 +472,7 @@ def _load(slug: str, text: str) -> LessonText:
         questions=tuple(
             Question(
                 *(
-                    _fill(_text(e.get(part)), tables, lab, problems)
+                    placeholders_fill(_text(e.get(part)), tables, lab, problems)
                     for part in ("question", "answer", "explanation")
                 )
             )

@@ -24,6 +24,7 @@ from course.textbook import (
     _load,
     default_tables,
     lesson_text,
+    placeholders_fill,
     table_cell,
 )
 from jobs.models import JobStatus
@@ -348,3 +349,22 @@ def test_explaining_a_run_of_another_lab_is_404(learner):
     assert (
         client.get(f"/course/cache-layers/runs/{job.id}/explained").status_code == 404
     )
+
+
+def test_a_placeholder_with_changed_parameters_is_computed_by_the_model():
+    problems: list[str] = []
+    lab = lab_get("cache-layers")
+    text = placeholders_fill(
+        "{{chain[origin].requests}} and {{chain[origin].requests@requests=900}}"
+        " and {{chain[origin].requests@requests=nine}}",
+        default_tables(lab.slug),
+        lab,
+        problems,
+    )
+    ours = lab.run(lab.resolve({"requests": "900"}))["tables"]
+    assert (
+        text.split(" and ")[1] == f"{table_cell(ours, 'chain', 'origin', 'requests'):,}"
+    )
+    assert text.endswith("?")
+    bad = "{{chain[origin].requests@requests=nine}}"
+    assert problems == [f"{bad}: requests: 'nine' is not a whole number"]
