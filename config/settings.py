@@ -50,8 +50,11 @@ for _origin in CSRF_TRUSTED_ORIGINS:
             f"CSRF_TRUSTED_ORIGINS entries need a scheme (https://...), not {_origin!r}"
         )
 
+# daphne serves the site as `python -m daphne` (Procfile); it is not an installed app,
+# which would only swap in its runserver and import its server (Twisted, TLS) into
+# every manage.py process: a quarter of a second of start-up for each worker, the
+# scheduler and each process a live lab run starts.
 INSTALLED_APPS = [
-    "daphne",
     "config.admin_apps.ProjectAdminConfig",  # django.contrib.admin, our site
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -128,7 +128,9 @@ def _worker_args(
     # in sessions of their own, would live on: they quit once idle this long.
     idle = ("--max-idle-time", str(ORPHAN_IDLE_S))
     if not simple and all(queue in settings.RQ_QUEUES for queue in queues):
-        return ("rqworker", *queues, "--name", name, *idle)
+        # The lab worker that started this run has run the system checks; here
+        # they would import every URL and view again, for each worker started.
+        return ("rqworker", *queues, "--name", name, *idle, "--skip-checks")
     # A private queue is not in settings: labchild's worker serves it.
     extra = ("--simple",) if simple else ()
     return ("labchild", "worker", *queues, "--name", name, *idle, *extra)

@@ -51,6 +51,7 @@ def probe_race(
     processes = [
         start_manage(
             "scheduledrun",
+            "--skip-checks",
             "probe",
             "--run",
             run,

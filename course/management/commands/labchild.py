@@ -39,6 +39,10 @@ from library.services import loan_issue
 
 class Command(BaseCommand):
     help = "Child processes of the live labs (rq worker, loan request)."
+    # Started by a live lab run, whose lab worker has run the system checks: each
+    # run starts several of these, and the checks (which import every URL and
+    # view) would cost each one more than its own work.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="child", required=True)
