@@ -25,8 +25,8 @@ class LabForm(forms.Form):
 
     LIVE_FIELD = "live"
     LIVE_NEEDS_ACCOUNT = (
-        "Measuring the live system needs an account: sign up (it is free) or sign "
-        "in. A live run starts real worker and server processes for you."
+        "Measuring the live system needs an account (it is free): a live run "
+        "starts real worker and server processes for you."
     )
     LIVE_WITHDRAWN = (
         "An operator has withdrawn this account's right to run live parts; the "
