@@ -209,39 +209,49 @@ def jobstatus_checkpoint(
     return written == 1
 
 
-def jobstatus_stop(*, job_id: uuid.UUID, owner: str, reason: str) -> bool:
-    """Mark the owner's job cancelled at its last checkpoint and drop the lease."""
+def _owned_end(job_id: uuid.UUID, owner: str, **fields: Any) -> bool:
+    """End the owner's job with ``fields`` (its final state and what goes with it)
+    and drop the lease; False when ``owner`` no longer holds it."""
     with transaction.atomic():
-        stopped = _owned(job_id, owner).update(
-            state=JobStatus.State.CANCELLED,
-            cancel_reason=reason[:100],
-            cancel_requested_at=Coalesce(F("cancel_requested_at"), timezone.now()),
-            message=f"cancelled: {reason}"[:200],
+        ended = _owned(job_id, owner).update(
             lease_owner="",
             leased_until=None,
             finished_at=timezone.now(),
             version=F("version") + 1,
+            **fields,
         )
-    return stopped == 1
+    return ended == 1
+
+
+def jobstatus_stop(*, job_id: uuid.UUID, owner: str, reason: str) -> bool:
+    """Mark the owner's job cancelled at its last checkpoint and drop the lease."""
+    return _owned_end(
+        job_id,
+        owner,
+        state=JobStatus.State.CANCELLED,
+        cancel_reason=reason[:100],
+        cancel_requested_at=Coalesce(F("cancel_requested_at"), timezone.now()),
+        message=f"cancelled: {reason}"[:200],
+    )
 
 
 def jobstatus_complete(
-    *, job_id: uuid.UUID, owner: str, checkpoint: dict[str, Any], result: dict[str, Any]
+    *,
+    job_id: uuid.UUID,
+    owner: str,
+    checkpoint: dict[str, Any] | None,
+    result: dict[str, Any],
 ) -> bool:
     """Mark the owner's job done with its last checkpoint and result."""
-    with transaction.atomic():
-        done = _owned(job_id, owner).update(
-            state=JobStatus.State.DONE,
-            checkpoint=checkpoint,
-            progress=100.0,
-            message="finished",
-            result=result,
-            lease_owner="",
-            leased_until=None,
-            finished_at=timezone.now(),
-            version=F("version") + 1,
-        )
-    return done == 1
+    return _owned_end(
+        job_id,
+        owner,
+        state=JobStatus.State.DONE,
+        checkpoint=checkpoint,
+        progress=100.0,
+        message="finished",
+        result=result,
+    )
 
 
 def jobstatus_requeue(*, job_id: uuid.UUID, kind: str, message: str) -> bool:
@@ -288,37 +298,15 @@ def jobstatus_report(
     return written == 1
 
 
-def jobstatus_finish_owned(
-    *, job_id: uuid.UUID, owner: str, result: dict[str, Any]
-) -> bool:
-    """Mark the owner's job done with its result and drop the lease."""
-    with transaction.atomic():
-        done = _owned(job_id, owner).update(
-            state=JobStatus.State.DONE,
-            progress=100.0,
-            message="finished",
-            result=result,
-            lease_owner="",
-            leased_until=None,
-            finished_at=timezone.now(),
-            version=F("version") + 1,
-        )
-    return done == 1
-
-
 def jobstatus_fail_owned(*, job_id: uuid.UUID, owner: str, error: str) -> bool:
     """Mark the owner's job failed with a one-line reason and drop the lease."""
-    with transaction.atomic():
-        failed = _owned(job_id, owner).update(
-            state=JobStatus.State.FAILED,
-            message="failed",
-            error=error[:4000],
-            lease_owner="",
-            leased_until=None,
-            finished_at=timezone.now(),
-            version=F("version") + 1,
-        )
-    return failed == 1
+    return _owned_end(
+        job_id,
+        owner,
+        state=JobStatus.State.FAILED,
+        message="failed",
+        error=error[:4000],
+    )
 
 
 def jobstatus_release(*, job_id: uuid.UUID, owner: str, message: str) -> bool:

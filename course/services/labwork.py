@@ -46,8 +46,8 @@ from course.selectors import (
 from jobs.models import JobStatus
 from jobs.services import (
     jobstatus_claim,
+    jobstatus_complete,
     jobstatus_fail_owned,
-    jobstatus_finish_owned,
     jobstatus_leases_expire,
     jobstatus_leases_renew,
     jobstatus_release,
@@ -182,7 +182,9 @@ def lab_run_carry_out(
         )
         return "failed"
     _shared(
-        lambda: jobstatus_finish_owned(job_id=job.id, owner=owner, result=dict(result)),
+        lambda: jobstatus_complete(
+            job_id=job.id, owner=owner, checkpoint=None, result=dict(result)
+        ),
         job.id,
     )
     return "done"
