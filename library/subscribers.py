@@ -108,8 +108,9 @@ def refresh_branch_stocks(messages: list[OutboxMessage]) -> None:
 def invalidate_caches(message: OutboxMessage) -> None:
     """Retire the cached pages a loan, a return or a stock correction made stale.
 
-    The branch's list and search generations are bumped and its stock page written
-    through; for a loan or a return, the member's history generation is bumped too.
+    The branch's list and search generations are bumped and its stock page deleted
+    (the next read rebuilds it); for a loan or a return, the member's history
+    generation is bumped too.
 
     This is Redis I/O inside the delivery's transaction, against the house rule, and
     on purpose: it is the least bad of the options ``delivery_process`` leaves.

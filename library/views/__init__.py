@@ -8,10 +8,12 @@ the signed-in user's name and a CSRF token in its navigation, so only the anonym
 variant is ``public``: a signed-in user's copy is ``private`` with the same max-age.
 Django's session middleware adds ``Vary: Cookie`` to these pages (they read the
 user), so a shared cache keeps the anonymous copy apart from anyone with a session.
-The lesson warns that ``Vary: Cookie`` splits a shared cache per visitor; here it
-only splits visitors who carry a cookie, since visitors without one send no Cookie
-header and share one copy, and the personal copies are ``private`` anyway, which is
-the lesson's fix for per-person responses.
+The lesson warns that ``Vary: Cookie`` splits a shared cache per visitor. Here
+visitors without a cookie send no Cookie header and share one copy, and signed-in
+copies are ``private`` anyway; but a signed-out visitor who carries a cookie (a
+``csrftoken`` from a form they opened, a session from a lab run) gets a public copy
+that a shared cache keeps per cookie value. An edge in front of the site should
+ignore the cookies these public pages never read, or the split costs its hit ratio.
 """
 
 from __future__ import annotations
