@@ -58,7 +58,10 @@ class RewindForm(forms.Form):
     rebuild = forms.BooleanField(
         required=False,
         label="Rebuild the projection",
-        help_text="Empty it first, in the same transaction: the replay rebuilds it.",
+        help_text=(
+            "Empty it first, in the same transaction: the replay rebuilds it"
+            " (only from the start of the kept log)."
+        ),
     )
 
     def clean(self) -> dict[str, Any]:

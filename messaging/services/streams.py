@@ -232,8 +232,10 @@ def stream_rewind(
     """Move a consumer back (or forward) to ``offset``; it replays from there.
 
     With ``rebuild`` the projection is emptied first, in the same transaction, so the
-    replay rebuilds it from the log; rewinding to the start with a rebuild must end
-    equal to the live projection. An offset whose next message was trimmed is
+    replay rebuilds it from the log: only from the start of what the log keeps (a
+    rebuild from a later offset is refused); rewinding to the start with a rebuild
+    must end equal to the live projection. After a trim, the rebuilt projection
+    holds only what the kept messages build. An offset whose next message was trimmed is
     refused: the replay would silently miss what was dropped. So is an offset past
     the newest message: the consumer would take every message published up to it as
     already applied and skip them all.
@@ -245,6 +247,13 @@ def stream_rewind(
         raise RewindError(
             f"offset {offset} is not kept: the log starts at {earliest}, so the "
             f"lowest offset to rewind to is {earliest - 1}"
+        )
+    if rebuild and offset != earliest - 1:
+        # The rebuild empties the whole projection: replaying only from the middle
+        # of the log would drop what the skipped messages had built.
+        raise RewindError(
+            f"a rebuild replays the whole kept log: rewind to {earliest - 1}, not "
+            f"{offset} (or rewind without rebuilding)"
         )
     # Read before the transaction: the log only grows, so an offset at or below
     # this head stays inside it. A log trimmed to nothing keeps its head just

@@ -351,6 +351,8 @@ def test_retention_trims_a_prefix_and_stops_a_consumer_it_overtook(
     assert LogRetention.objects.get().trimmed_total == 5
     with pytest.raises(RewindError, match="lowest offset to rewind to is"):
         stream_rewind(PROJECTION, offset=ids[3], rebuild=False)
+    with pytest.raises(RewindError, match="a rebuild replays the whole kept log"):
+        stream_rewind(PROJECTION, offset=ids[6], rebuild=True)
     stream_rewind(PROJECTION, offset=ids[5] - 1, rebuild=True)
     catch_up()
     assert StreamConsumer.objects.get(name=PROJECTION).state == "ok"
