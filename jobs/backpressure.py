@@ -30,10 +30,9 @@ A place can leak only if a job is admitted and never pushed (the process died in
 between) or its rq job is deleted by hand: when the set is full, entries older than
 ``STALE_AFTER_S`` whose rq job hash is gone are purged before refusing anyone.
 
-Producers in the application: the course's lab runner (``course.services.
-lab_run_enqueue``) puts lab runs through a ``drop_newest`` bounded ``labs`` queue of
-``LAB_QUEUE_CAPACITY`` places; a refused run is marked failed and its page answers
-503 with ``Retry-After``. The live ``backpressure`` lab drives all three policies.
+The live ``backpressure`` lab drives all three policies with real rq workers. (The
+course's lab runs are not rq jobs: their service refuses a run at the door when its
+waiting places are taken, ``course.services.labqueue``.)
 """
 
 from __future__ import annotations
