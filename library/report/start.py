@@ -141,7 +141,28 @@ def monthly_loan_report_start(*, slot: datetime.datetime) -> str:
 
     The month comes from the slot, not from today, so a caught-up run reports the
     month it was due for. It records the report's JobStatus and enqueues the long
-    job, which guards itself with its own lease.
+    job, which guards itself with its own lease. A whole-library report of that
+    month already waiting, running or done is the answer instead: an operator's
+    "run now" beside the scheduled slot must not make two of the same month.
     """
-    job = monthly_report_start(month=report_month(slot))
+    month = report_month(slot)
+    with transaction.atomic():
+        existing = (
+            JobStatus.objects.select_for_update()
+            .filter(
+                kind=REPORT_KIND,
+                params__month=month,
+                params__branch=None,
+                state__in=(
+                    JobStatus.State.QUEUED,
+                    JobStatus.State.RUNNING,
+                    JobStatus.State.DONE,
+                ),
+            )
+            .order_by("created_at")
+            .first()
+        )
+        if existing is not None:
+            return str(existing.pk)
+        job = monthly_report_start(month=month)
     return str(job.pk)
