@@ -14,6 +14,11 @@ its tab (``?tab=<random id>``, as the live page does) is counted once per tab ac
 reconnects and is sent ``presence`` frames when the count changes; other clients
 (labs, benchmarks) are counted by connection and hear only stock frames.
 
+Without Redis the socket stays open (``realtime.feed``): the page is told live
+updates are paused (a ``paused`` frame), snapshots still come from the database, and
+when Redis answers again the consumer rejoins its group and sends ``resumed`` and a
+fresh snapshot. A handshake during the outage is accepted the same way, paused.
+
 The scope's user is read once, at connect, but a socket lives for hours: a
 correction is allowed only if the session, read again from its store, still
 belongs to an active user who holds ``library.correct_stock`` now.
@@ -21,6 +26,7 @@ belongs to an active user who holds ``library.correct_stock`` now.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from importlib import import_module
@@ -41,6 +47,7 @@ from library.permissions import CORRECT_STOCK, user_may
 from library.selectors.stock import branch_stock_state
 from library.services import stock_correct
 from realtime.accounting import delivery_record
+from realtime.feed import LAYER_ERRORS, LiveFeed, layer_watch
 from realtime.presence import (
     TAB_RULE,
     PresenceEvent,
@@ -124,6 +131,24 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
     group: str
     viewer: Viewer
     named_tab: bool
+    feed: LiveFeed
+
+    # channels' __call__ sets ``channel_receive`` (the layer's receive of this
+    # consumer's channel) and reads it back at once to start its dispatch loop; the
+    # setter wraps it, so the loop reads through the feed, which pauses instead of
+    # raising (and ending the consumer with 1011) when Redis is away.
+    @property
+    def channel_receive(self) -> LiveFeed:
+        return self.feed
+
+    @channel_receive.setter
+    def channel_receive(self, receive: Any) -> None:
+        self.feed = LiveFeed(
+            receive, self._join_group, lambda: layer_watch(self.channel_layer)
+        )
+
+    async def _join_group(self) -> None:
+        await self.channel_layer.group_add(self.group, self.channel_name)
 
     async def connect(self) -> None:
         self.branch_id = int(self.scope["url_route"]["kwargs"]["branch_id"])
@@ -140,11 +165,19 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
             tell=self._tell_presence,
         )
         # Subscribed before the snapshot is read, so no update falls between them.
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        # Without Redis the page opens paused; the feed joins once Redis is back.
+        try:
+            await self._join_group()
+        except LAYER_ERRORS as error:
+            self.feed.pause(error)
+        else:
+            self.feed.joined()
         try:
             await self.accept()
             await self.viewer.join()
             await self._send_snapshot()
+            if self.feed.paused:
+                await self._tell_paused()
             if not tab_ok:
                 await self._error(f"{TAB_RULE}; this socket is counted by connection")
             self.viewer.start_beating()
@@ -152,7 +185,7 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
             # A consumer whose connect raises never gets disconnect(): leave the
             # group and the viewers here, or its channel name stays in the group
             # for a day (group_expiry) and in the count for a TTL.
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self._leave_group()
             await self.viewer.leave()
             raise
 
@@ -160,9 +193,33 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         # Every way out passes here (close by either side, a lost socket), so the
         # group never keeps a channel nobody reads (realtime.accounting.group_size).
         if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self._leave_group()
         if hasattr(self, "viewer"):
             await self.viewer.leave()
+
+    async def _leave_group(self) -> None:
+        # Redis away: the entry stays until group_expiry, and a message sent to it
+        # meanwhile expires unread (the layer's expiry); nothing else to undo.
+        with contextlib.suppress(*LAYER_ERRORS):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def live_paused(self, event: dict[str, Any]) -> None:
+        """Tell the page its live updates stopped (``realtime.feed``: Redis away)."""
+        await self._tell_paused()
+
+    async def live_resumed(self, event: dict[str, Any]) -> None:
+        """Back in the group after an outage: count in again, send the truth."""
+        await self.viewer.join()
+        await self._send({"type": "resumed"})
+        await self._send_snapshot()
+
+    async def _tell_paused(self) -> None:
+        await self._send(
+            {
+                "type": "paused",
+                "reason": "live updates are paused; the counts shown may be stale",
+            }
+        )
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None

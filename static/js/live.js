@@ -1,5 +1,7 @@
 // Live shelf page: one WebSocket per tab, a versioned snapshot, updates applied in
 // version order. Any gap (a dropped broadcast, a reconnect) triggers a new snapshot.
+// While the server's Redis is away the socket stays open and says "paused": the
+// counts shown may be stale until "resumed" and the fresh snapshot that follows it.
 (function () {
   "use strict";
   const root = document.querySelector("[data-live]");
@@ -141,6 +143,8 @@
       if (msg.type === "snapshot") applySnapshot(msg);
       else if (msg.type === "update") applyUpdate(msg);
       else if (msg.type === "presence") setWatching(msg.watching);
+      else if (msg.type === "paused") setStatus("paused", "live updates paused");
+      else if (msg.type === "resumed") setStatus("open", "live");
       else if (msg.type === "error") showError(msg.error);
       else if (msg.type === "corrected") showError("");
     });
