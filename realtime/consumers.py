@@ -8,11 +8,16 @@ a client that sees a gap asks for a new snapshot.
 Each forwarded update is counted per group (``realtime.accounting``), and the
 consumer leaves its group on every way out, so membership does not leak.
 
-Every socket is counted among the branch's viewers (``realtime.presence``): the
-snapshot carries ``watching``, the count including this socket. A client that names
-its tab (``?tab=<random id>``, as the live page does) is counted once per tab across
-reconnects and is sent ``presence`` frames when the count changes; other clients
-(labs, benchmarks) are counted by connection and hear only stock frames.
+Every socket counts toward the branch's viewers (``realtime.presence``), who are
+sessions (or, for a socket without one, client addresses): the snapshot carries
+``watching``, the count including this socket's viewer. A client that names its tab
+(``?tab=<random id>``, as the live page does) is sent ``presence`` frames when the
+count changes; other clients (labs, benchmarks) hear only stock frames.
+
+One client may hold only its share of a process's sockets (``realtime.limits``:
+``REALTIME_SOCKETS_PER_CLIENT`` per address, ``REALTIME_SOCKETS_PER_SESSION`` per
+session); a socket past it is accepted and closed at once with 4429, so the page
+learns why and waits before trying again.
 
 Without Redis the socket stays open (``realtime.feed``): the page is told live
 updates are paused (a ``paused`` frame), snapshots still come from the database, and
@@ -48,12 +53,14 @@ from library.selectors.stock import branch_stock_state
 from library.services import stock_correct
 from realtime.accounting import delivery_record
 from realtime.feed import LAYER_ERRORS, LiveFeed, layer_watch
+from realtime.limits import CLOSE_TOO_MANY, SOCKET_PLACES, Holder, Place
 from realtime.presence import (
     TAB_RULE,
     PresenceEvent,
     PresenceFrame,
     Viewer,
     presence_member,
+    presence_viewer,
     tab_valid,
 )
 
@@ -116,6 +123,17 @@ def _branch_exists(branch_id: int) -> bool:
     return Branch.objects.filter(pk=branch_id).exists()
 
 
+def _holder(scope: dict[str, Any]) -> Holder:
+    """Return who opened the socket: its client address and its valid session."""
+    client = scope.get("client")
+    # The authentication middleware has loaded the session by now: a key that names
+    # no stored session reads as None, so a made-up cookie is no session at all.
+    session = scope.get("session")
+    return Holder.of(
+        str(client[0]) if client else None, getattr(session, "session_key", None)
+    )
+
+
 def _tab(query_string: bytes) -> tuple[str | None, bool]:
     """Return the ``tab`` the client named (None if none or invalid), and validity."""
     values = parse_qs(query_string.decode("latin-1")).get("tab")
@@ -132,6 +150,7 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
     viewer: Viewer
     named_tab: bool
     feed: LiveFeed
+    place: Place | None = None
 
     # channels' __call__ sets ``channel_receive`` (the layer's receive of this
     # consumer's channel) and reads it back at once to start its dispatch loop; the
@@ -153,6 +172,14 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.branch_id = int(self.scope["url_route"]["kwargs"]["branch_id"])
         self.group = f"branch-{self.branch_id}"
+        holder = _holder(self.scope)
+        self.place = SOCKET_PLACES.take(holder)
+        if self.place is None:
+            # Accepted to be closed: a refused handshake would reach the page as a
+            # bare failure (1006), with no reason to wait before the next attempt.
+            await self.accept()
+            await self.close(code=CLOSE_TOO_MANY)
+            return
         if not await database_sync_to_async(_branch_exists)(self.branch_id):
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -160,7 +187,9 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         self.named_tab = tab is not None or not tab_ok
         self.viewer = Viewer(
             branch_id=self.branch_id,
-            member=presence_member(tab, self.channel_name),
+            member=presence_member(
+                presence_viewer(holder.session, holder.address), self.channel_name
+            ),
             layer=self.channel_layer,
             tell=self._tell_presence,
         )
@@ -179,7 +208,7 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
             if self.feed.paused:
                 await self._tell_paused()
             if not tab_ok:
-                await self._error(f"{TAB_RULE}; this socket is counted by connection")
+                await self._error(TAB_RULE)
             self.viewer.start_beating()
         except BaseException:
             # A consumer whose connect raises never gets disconnect(): leave the
@@ -187,11 +216,14 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
             # for a day (group_expiry) and in the count for a TTL.
             await self._leave_group()
             await self.viewer.leave()
+            self.place.release()
             raise
 
     async def disconnect(self, code: int) -> None:
         # Every way out passes here (close by either side, a lost socket), so the
         # group never keeps a channel nobody reads (realtime.accounting.group_size).
+        if self.place is not None:
+            self.place.release()
         if hasattr(self, "group"):
             await self._leave_group()
         if hasattr(self, "viewer"):

@@ -152,6 +152,14 @@
       setStatus("closed", "reconnecting…");
       setWatching(null); // no longer told of changes: the last number may be wrong
       if (event.code === 4404) { showError("This branch does not exist."); return; }
+      if (event.code === 4429) {
+        // Past this browser's (or address's) share of live pages: trying again at
+        // once would be refused again. A minute, jittered, lets other tabs close.
+        showError("Too many live pages are open from this browser or address; " +
+                  "close one and this page will try again.");
+        setTimeout(connect, 30000 + Math.random() * 30000);
+        return;
+      }
       // Capped exponential backoff with full jitter, so a server restart does not
       // bring every tab back in the same instant.
       const ceiling = Math.min(10000, 250 * 2 ** retries);
