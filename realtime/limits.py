@@ -75,7 +75,9 @@ class Places:
     session_setting: str
     by_address: Counter[str] = field(default_factory=Counter)
     by_session: Counter[str] = field(default_factory=Counter)
-    # Said once per holder per stretch of refusals, not once per attempt.
+    # Holders being refused, said once per stretch of refusals, not per attempt. A
+    # holder leaves it when it gives a place back, so it holds only holders at
+    # their share now, never every client ever refused.
     refusing: set[str] = field(default_factory=set)
 
     def take(self, holder: Holder) -> Place | None:
@@ -89,17 +91,17 @@ class Places:
                     "refusing %s of %s: %s reached (%s)", self.kind, who, setting, share
                 )
             return None
-        self.refusing.discard(f"address {holder.address}")
         self.by_address[holder.address] += 1
         if holder.session is not None:
-            self.refusing.discard(f"session {holder.session[:8]}")
             self.by_session[holder.session] += 1
         return Place(self, holder)
 
     def give_back(self, holder: Holder) -> None:
         _decrement(self.by_address, holder.address)
+        self.refusing.discard(f"address {holder.address}")
         if holder.session is not None:
             _decrement(self.by_session, holder.session)
+            self.refusing.discard(f"session {holder.session[:8]}")
 
     def _over(self, holder: Holder) -> tuple[str, str, int] | None:
         """Return whose share ``holder`` has used up, the setting and its value."""
