@@ -33,6 +33,8 @@ seed: migrate
 # honcho --env /dev/null: each process reads .env itself as its settings load, and the
 # environment wins there; honcho's copy would override the environment instead, and a
 # process started by hand could then disagree with these ones (another Redis, say).
+# scripts/procfile.py runs honcho and makes Ctrl-C or SIGTERM a clean stop (exit 0,
+# no "Error 143" from make).
 run: .env seed
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	@$(PY) manage.py redis_info
@@ -40,7 +42,7 @@ run: .env seed
 	@echo "  Library and course: http://$(HOST):$(PORT)/"
 	@echo "  Admin:              http://$(HOST):$(PORT)/admin/"
 	@echo ""
-	HOST=$(HOST) PORT=$(PORT) PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start --env /dev/null
+	HOST=$(HOST) PORT=$(PORT) PATH="$(abspath $(BIN)):$$PATH" $(PY) scripts/procfile.py start --env /dev/null
 
 # Headless Chromium from Debian's packages, for the browser tests (never `playwright install`).
 browser:
@@ -72,7 +74,7 @@ cluster: .env haproxy
 	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) LIBRARY_REDIS_DB=$(CLUSTER_REDIS_DB) HOST=$(HOST) CLUSTER_PORT=$(CLUSTER_PORT) \
 	CLUSTER_PORT_1=$$(($(CLUSTER_PORT)+1)) CLUSTER_PORT_2=$$(($(CLUSTER_PORT)+2)) \
 	CLUSTER_PORT_3=$$(($(CLUSTER_PORT)+3)) PATH="$(abspath $(BIN)):$$PATH" \
-	$(BIN)/honcho -f Procfile.cluster start --env /dev/null
+	$(PY) scripts/procfile.py -f Procfile.cluster start --env /dev/null
 
 # Two xdist workers, one per core: each has its own test database (pytest-django's
 # suffix) and Redis database (config/settings_test.py); processes take free ports.

@@ -123,6 +123,9 @@ def start_daphne(children: Children, name: str) -> int:
             "env",
             "ALLOWED_HOSTS=127.0.0.1",
             "SECURE_SSL_REDIRECT=false",
+            # Every client of the benchmark comes from this one address: no share.
+            "REALTIME_STREAMS_PER_CLIENT=0",
+            "REALTIME_SOCKETS_PER_CLIENT=0",
             sys.executable,
             *("-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
             "config.asgi:application",

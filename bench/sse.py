@@ -10,8 +10,9 @@ the client (httpx streaming, ``websockets``).
    connections, sampled every 100 ms for a few seconds (descriptors of the SQLite
    file, or ``pg_stat_activity`` rows of the database on PostgreSQL). Then one
    stock correction goes to all of them: the time from its commit until the first,
-   half and all of the streams had it, and how many did. The streams are closed,
-   and the server's count of open streams must fall back to 0.
+   half and all of the streams had it, and how many did; a second later, idle
+   again, the resident memory per stream once each has carried an event. The
+   streams are closed, and the server's count of open streams must fall back to 0.
 2. Delivery latency, R rounds interleaved: the time from a change to its arrival at
    a waiting client, for (a) a long poll of a job (``/realtime/jobs/<id>/wait``,
    the change is ``jobstatus_progress``), (b) the live stock WebSocket
@@ -92,6 +93,9 @@ def start_daphne(children: Children) -> tuple[int, int]:
             "ALLOWED_HOSTS=127.0.0.1",
             # /realtime/metrics is staff only unless lab routes are on.
             "LIBRARY_LAB_ROUTES=on",
+            # Every client of the benchmark comes from this one address: no share.
+            "REALTIME_STREAMS_PER_CLIENT=0",
+            "REALTIME_SOCKETS_PER_CLIENT=0",
             sys.executable,
             *("-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
             "config.asgi:application",
@@ -250,6 +254,10 @@ async def idle_streams(port: int, pid: int, count: int) -> dict[str, Any]:
                 for arrived in arrivals
                 if isinstance(arrived, float)
             ]
+            # Idle again, but each stream has now carried an event: what a stream
+            # costs once it has been used, not only opened.
+            await asyncio.sleep(1.0)
+            event_rss = rss_kib(pid)
         finally:
             for stream in streams:
                 stream.close()
@@ -265,6 +273,8 @@ async def idle_streams(port: int, pid: int, count: int) -> dict[str, Any]:
         "rss_before_kib": before_rss,
         "rss_open_kib": open_rss,
         "kib_per_stream": round((open_rss - before_rss) / (count - 1), 1),
+        "rss_after_event_kib": event_rss,
+        "kib_per_stream_after_event": round((event_rss - before_rss) / (count - 1), 1),
         "threads_before": before_threads,
         "threads_open": open_threads,
         "db_connections_before_max": max(before_db),
@@ -390,6 +400,10 @@ def markdown_report(document: dict[str, Any]) -> str:
         [
             f"KiB per added stream (target ≤ {TARGET_KIB_PER_STREAM:g})",
             idle["kib_per_stream"],
+        ],
+        [
+            "KiB per added stream once each carried one event",
+            idle.get("kib_per_stream_after_event", "-"),
         ],
         [
             "threads with 1 / all streams",

@@ -206,6 +206,13 @@ REALTIME_POLL_INTERVAL_MS = env_int("REALTIME_POLL_INTERVAL_MS", 150, minimum=10
 # Retry-After (realtime.limits). Each needs a file descriptor: ulimit -n is checked
 # against it when the ASGI application loads.
 REALTIME_MAX_STREAMS = env_int("REALTIME_MAX_STREAMS", 10_000, minimum=1)
+# One client's share of a process (realtime.limits): streams and long polls, and
+# live-shelf sockets, per client address and per session; past it 429 (streams) or
+# close code 4429 (sockets). 0: no share, only the process's bound.
+REALTIME_STREAMS_PER_CLIENT = env_int("REALTIME_STREAMS_PER_CLIENT", 100, minimum=0)
+REALTIME_STREAMS_PER_SESSION = env_int("REALTIME_STREAMS_PER_SESSION", 10, minimum=0)
+REALTIME_SOCKETS_PER_CLIENT = env_int("REALTIME_SOCKETS_PER_CLIENT", 100, minimum=0)
+REALTIME_SOCKETS_PER_SESSION = env_int("REALTIME_SOCKETS_PER_SESSION", 10, minimum=0)
 REALTIME_SSE_HEARTBEAT_S = env_int("REALTIME_SSE_HEARTBEAT_S", 15, minimum=1)
 REALTIME_SSE_RETRY_MS = env_int("REALTIME_SSE_RETRY_MS", 2000, minimum=100)
 REALTIME_PRESENCE_TTL_S = env_int("REALTIME_PRESENCE_TTL_S", 30, minimum=2)

@@ -26,6 +26,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import (
@@ -311,7 +312,10 @@ class ScheduledTaskStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ScheduledTask
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        state = ScheduledTaskState.objects.filter(pk=object_id).first()
+        # The admin escapes the id in its URLs ("_" becomes "_5F", and every task
+        # name has one): looked up raw, no task was found and the page had no
+        # buttons. The stock view unquotes the same way.
+        state = ScheduledTaskState.objects.filter(pk=unquote(object_id)).first()
         context: dict[str, Any] = {}
         if state is not None:
             actions = state.actions.select_related("user")
@@ -384,9 +388,7 @@ class ScheduledTaskStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ScheduledTask
                 refusal = str(error)
             else:
                 self.message_user(request, done, messages.SUCCESS)
-                return HttpResponseRedirect(
-                    reverse("admin:jobs_scheduledtaskstate_change", args=[name])
-                )
+                return HttpResponseRedirect(_change_url(name))
         state = ScheduledTaskState.objects.select_related("paused_by").filter(name=name)
         response = self._confirmation(
             request, action, task, state.first(), form, refusal
@@ -447,7 +449,7 @@ class ScheduledTaskStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ScheduledTask
             "refusal": refusal,
             "form": form,
             "change_url": (
-                reverse("admin:jobs_scheduledtaskstate_change", args=[task.name])
+                _change_url(task.name)
                 if state
                 else reverse("admin:jobs_scheduledtaskstate_changelist")
             ),
@@ -471,6 +473,11 @@ def _lease_text(holder: LeaseHolder | str | None) -> str:
     if holder is None:
         return "free"
     return f"held by {holder.owner} until {_utc_text(holder.expires_at)}"
+
+
+def _change_url(name: str) -> str:
+    """Return a task's page, its name escaped as the admin's own links escape it."""
+    return reverse("admin:jobs_scheduledtaskstate_change", args=[quote(name)])
 
 
 def _url_name(action: _Action) -> str:

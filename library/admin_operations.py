@@ -14,6 +14,12 @@ covers ``step`` minutes (longer windows have coarser points, so a chart holds at
 most a few hundred of them): a level keeps the highest sample of its minutes, a
 count is shown per minute (or per hour) averaged over them.
 
+A count belongs to its whole bucket, so it is drawn as a step over the bucket's own
+time (``draw: "steps"``, from each point's start in ``x`` to the next, the last
+one to ``x_end``). Joined as a line, an hour's dead letters that all died at 09:08
+made a ramp from 08:00 (the previous, empty hour) to 09:00. Levels are samples and
+stay lines.
+
 The data reach the page as JSON in a ``json_script`` element and
 ``static/js/operations.js`` draws them with uPlot (vendored, ``static/vendor/
 uplot``): no inline script. Viewing needs ``VIEW_OPERATIONS``; added to the
@@ -26,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypedDict
+from typing import Final, Literal, TypedDict
 
 import redis
 from django.conf import settings
@@ -86,7 +92,14 @@ class Chart(TypedDict):
     description: str
     step_minutes: int
     x: list[int]  # each point's start, seconds since the epoch
+    x_end: int  # where the last point's bucket ends, seconds since the epoch
+    draw: Literal["line", "steps"]  # a level's samples, or a bucket's count
     lines: list[ChartLine]
+
+
+def _end(x: list[int], step_minutes: int) -> int:
+    # No point, no bucket: the end is the start, nothing is drawn either way.
+    return x[-1] + step_minutes * 60 if x else 0
 
 
 def _line(label: str, values: list[float | None]) -> ChartLine:
@@ -113,6 +126,7 @@ def _cache_charts(history: CacheHistory) -> list[Chart]:
         ]
         origin_lines.append(_line(namespace, per_minute))
     x = history.times()
+    # Both are counts of a bucket (a ratio of two of them): steps.
     return [
         Chart(
             id="cache-hit-ratio",
@@ -123,6 +137,8 @@ def _cache_charts(history: CacheHistory) -> list[Chart]:
             "without any lookup.",
             step_minutes=history.step,
             x=x,
+            x_end=_end(x, history.step),
+            draw="steps",
             lines=ratio_lines,
         ),
         Chart(
@@ -133,6 +149,8 @@ def _cache_charts(history: CacheHistory) -> list[Chart]:
             description="Productions behind the cache: what a miss costs the origin.",
             step_minutes=history.step,
             x=x,
+            x_end=_end(x, history.step),
+            draw="steps",
             lines=origin_lines,
         ),
     ]
@@ -151,6 +169,7 @@ def _series_chart(found: History) -> Chart:
             _line(label, [None if v is None else round(v * scale, 3) for v in values])
             for label, values in found.values.items()
         ]
+    x = found.times()
     return Chart(
         id=spec.name.replace(".", "-"),
         kind=str(spec.kind),
@@ -158,7 +177,9 @@ def _series_chart(found: History) -> Chart:
         unit=unit,
         description=spec.description,
         step_minutes=found.step,
-        x=found.times(),
+        x=x,
+        x_end=_end(x, found.step),
+        draw="line" if spec.kind is Kind.GAUGE else "steps",
         lines=lines,
     )
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import re
+import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from django import forms
 
@@ -127,7 +129,44 @@ class DeskSearchForm(forms.Form):
         return value if isinstance(value, int) else None
 
 
-class LoanIssueForm(DeskSearchForm):
+_KEY: Final = re.compile(r"[A-Za-z0-9_-]{16,64}")
+
+
+def idempotency_key_new() -> str:
+    """Return a fresh random key for one rendering of a desk form."""
+    return secrets.token_urlsafe(24)
+
+
+class IdempotentForm(forms.Form):
+    """A form that carries the idempotency key it was rendered with.
+
+    The key is a hidden field, new on each blank form and kept when a refused form
+    is shown again (a refusal changed nothing, so the key is still unused). The
+    view hands it to ``library.services.loan_issue_once``/``loan_return_once``,
+    which answer a second copy of the same submission with the first one's result.
+    A form posted without a key (a script, a page from before keys) still works,
+    without that protection.
+    """
+
+    idempotency_key = forms.CharField(
+        required=False,
+        max_length=64,
+        widget=forms.HiddenInput,
+        initial=idempotency_key_new,
+    )
+
+    def clean_idempotency_key(self) -> str | None:
+        key = self.cleaned_data.get("idempotency_key") or ""
+        if not key:
+            return None
+        if _KEY.fullmatch(key) is None:
+            # Hidden, so said on the whole form: only a damaged page sends this.
+            self.add_error(None, "This form is damaged; open it again.")
+            return None
+        return key
+
+
+class LoanIssueForm(IdempotentForm, DeskSearchForm):
     book = forms.CharField(
         required=False,
         max_length=_SEARCH_MAX,
@@ -172,7 +211,7 @@ class SuggestForm(forms.Form):
     q = forms.CharField(required=False, max_length=_SEARCH_MAX, strip=True)
 
 
-class LoanReturnForm(forms.Form):
+class LoanReturnForm(IdempotentForm):
     return_date = forms.DateField(
         required=False,
         label="Return date",

@@ -94,6 +94,17 @@ class Loan(models.Model):
     member = models.ForeignKey(Member, on_delete=models.PROTECT, related_name="loans")
     pickup_date = models.DateField()
     return_date = models.DateField(null=True, blank=True)
+    # The idempotency keys of the desk forms that issued and returned the loan
+    # (library.services.loans): a form sent again finds its loan here instead of
+    # lending or returning a second time. Unique, so two copies of one submission
+    # racing each other cannot both commit; NULL (any number of them) for loans
+    # made without a form.
+    issue_key = models.CharField(
+        max_length=64, unique=True, null=True, blank=True, editable=False
+    )
+    return_key = models.CharField(
+        max_length=64, unique=True, null=True, blank=True, editable=False
+    )
 
     class Meta:
         ordering = ["-pickup_date", "-id"]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
 from messaging.registry import message_type_choices
+from messaging.signatures import SIGNATURE_MAX, error_signature
 
 
 class OutboxMessage(models.Model):
@@ -153,6 +156,12 @@ class DeadLetter(models.Model):
     body = models.JSONField()  # the body as it was, so a redrive needs nothing else
     attempts = models.PositiveIntegerField()
     last_error = models.TextField()
+    # ``last_error`` with its per-message values taken out (messaging.signatures):
+    # what the clusters view groups by, so letters that failed the same way for
+    # different members or books make one cluster. Set on every save.
+    error_signature = models.CharField(
+        max_length=SIGNATURE_MAX, blank=True, default="", editable=False
+    )
     first_failed_at = models.DateTimeField()
     last_failed_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
@@ -193,6 +202,13 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subscription} ← {self.message_type} #{self.delivery.message_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.error_signature = error_signature(self.last_error)
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and "last_error" in update_fields:
+            kwargs["update_fields"] = {*update_fields, "error_signature"}
+        super().save(*args, **kwargs)
 
     @property
     def is_open(self) -> bool:

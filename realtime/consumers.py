@@ -8,11 +8,21 @@ a client that sees a gap asks for a new snapshot.
 Each forwarded update is counted per group (``realtime.accounting``), and the
 consumer leaves its group on every way out, so membership does not leak.
 
-Every socket is counted among the branch's viewers (``realtime.presence``): the
-snapshot carries ``watching``, the count including this socket. A client that names
-its tab (``?tab=<random id>``, as the live page does) is counted once per tab across
-reconnects and is sent ``presence`` frames when the count changes; other clients
-(labs, benchmarks) are counted by connection and hear only stock frames.
+Every socket counts toward the branch's viewers (``realtime.presence``), who are
+sessions (or, for a socket without one, client addresses): the snapshot carries
+``watching``, the count including this socket's viewer. A client that names its tab
+(``?tab=<random id>``, as the live page does) is sent ``presence`` frames when the
+count changes; other clients (labs, benchmarks) hear only stock frames.
+
+One client may hold only its share of a process's sockets (``realtime.limits``:
+``REALTIME_SOCKETS_PER_CLIENT`` per address, ``REALTIME_SOCKETS_PER_SESSION`` per
+session); a socket past it is accepted and closed at once with 4429, so the page
+learns why and waits before trying again.
+
+Without Redis the socket stays open (``realtime.feed``): the page is told live
+updates are paused (a ``paused`` frame), snapshots still come from the database, and
+when Redis answers again the consumer rejoins its group and sends ``resumed`` and a
+fresh snapshot. A handshake during the outage is accepted the same way, paused.
 
 The scope's user is read once, at connect, but a socket lives for hours: a
 correction is allowed only if the session, read again from its store, still
@@ -21,6 +31,7 @@ belongs to an active user who holds ``library.correct_stock`` now.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from importlib import import_module
@@ -41,12 +52,15 @@ from library.permissions import CORRECT_STOCK, user_may
 from library.selectors.stock import branch_stock_state
 from library.services import stock_correct
 from realtime.accounting import delivery_record
+from realtime.feed import LAYER_ERRORS, LiveFeed, layer_watch
+from realtime.limits import CLOSE_TOO_MANY, SOCKET_PLACES, Holder, Place
 from realtime.presence import (
     TAB_RULE,
     PresenceEvent,
     PresenceFrame,
     Viewer,
     presence_member,
+    presence_viewer,
     tab_valid,
 )
 
@@ -109,6 +123,17 @@ def _branch_exists(branch_id: int) -> bool:
     return Branch.objects.filter(pk=branch_id).exists()
 
 
+def _holder(scope: dict[str, Any]) -> Holder:
+    """Return who opened the socket: its client address and its valid session."""
+    client = scope.get("client")
+    # The authentication middleware has loaded the session by now: a key that names
+    # no stored session reads as None, so a made-up cookie is no session at all.
+    session = scope.get("session")
+    return Holder.of(
+        str(client[0]) if client else None, getattr(session, "session_key", None)
+    )
+
+
 def _tab(query_string: bytes) -> tuple[str | None, bool]:
     """Return the ``tab`` the client named (None if none or invalid), and validity."""
     values = parse_qs(query_string.decode("latin-1")).get("tab")
@@ -124,10 +149,37 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
     group: str
     viewer: Viewer
     named_tab: bool
+    feed: LiveFeed
+    place: Place | None = None
+
+    # channels' __call__ sets ``channel_receive`` (the layer's receive of this
+    # consumer's channel) and reads it back at once to start its dispatch loop; the
+    # setter wraps it, so the loop reads through the feed, which pauses instead of
+    # raising (and ending the consumer with 1011) when Redis is away.
+    @property
+    def channel_receive(self) -> LiveFeed:
+        return self.feed
+
+    @channel_receive.setter
+    def channel_receive(self, receive: Any) -> None:
+        self.feed = LiveFeed(
+            receive, self._join_group, lambda: layer_watch(self.channel_layer)
+        )
+
+    async def _join_group(self) -> None:
+        await self.channel_layer.group_add(self.group, self.channel_name)
 
     async def connect(self) -> None:
         self.branch_id = int(self.scope["url_route"]["kwargs"]["branch_id"])
         self.group = f"branch-{self.branch_id}"
+        holder = _holder(self.scope)
+        self.place = SOCKET_PLACES.take(holder)
+        if self.place is None:
+            # Accepted to be closed: a refused handshake would reach the page as a
+            # bare failure (1006), with no reason to wait before the next attempt.
+            await self.accept()
+            await self.close(code=CLOSE_TOO_MANY)
+            return
         if not await database_sync_to_async(_branch_exists)(self.branch_id):
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -135,34 +187,71 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         self.named_tab = tab is not None or not tab_ok
         self.viewer = Viewer(
             branch_id=self.branch_id,
-            member=presence_member(tab, self.channel_name),
+            member=presence_member(
+                presence_viewer(holder.session, holder.address), self.channel_name
+            ),
             layer=self.channel_layer,
             tell=self._tell_presence,
         )
         # Subscribed before the snapshot is read, so no update falls between them.
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        # Without Redis the page opens paused; the feed joins once Redis is back.
+        try:
+            await self._join_group()
+        except LAYER_ERRORS as error:
+            self.feed.pause(error)
+        else:
+            self.feed.joined()
         try:
             await self.accept()
             await self.viewer.join()
             await self._send_snapshot()
+            if self.feed.paused:
+                await self._tell_paused()
             if not tab_ok:
-                await self._error(f"{TAB_RULE}; this socket is counted by connection")
+                await self._error(TAB_RULE)
             self.viewer.start_beating()
         except BaseException:
             # A consumer whose connect raises never gets disconnect(): leave the
             # group and the viewers here, or its channel name stays in the group
             # for a day (group_expiry) and in the count for a TTL.
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self._leave_group()
             await self.viewer.leave()
+            self.place.release()
             raise
 
     async def disconnect(self, code: int) -> None:
         # Every way out passes here (close by either side, a lost socket), so the
         # group never keeps a channel nobody reads (realtime.accounting.group_size).
+        if self.place is not None:
+            self.place.release()
         if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self._leave_group()
         if hasattr(self, "viewer"):
             await self.viewer.leave()
+
+    async def _leave_group(self) -> None:
+        # Redis away: the entry stays until group_expiry, and a message sent to it
+        # meanwhile expires unread (the layer's expiry); nothing else to undo.
+        with contextlib.suppress(*LAYER_ERRORS):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def live_paused(self, event: dict[str, Any]) -> None:
+        """Tell the page its live updates stopped (``realtime.feed``: Redis away)."""
+        await self._tell_paused()
+
+    async def live_resumed(self, event: dict[str, Any]) -> None:
+        """Back in the group after an outage: count in again, send the truth."""
+        await self.viewer.join()
+        await self._send({"type": "resumed"})
+        await self._send_snapshot()
+
+    async def _tell_paused(self) -> None:
+        await self._send(
+            {
+                "type": "paused",
+                "reason": "live updates are paused; the counts shown may be stale",
+            }
+        )
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None

@@ -1,22 +1,27 @@
-"""Presence: how many live shelf tabs are watching a branch now, on every instance.
+"""Presence: how many people are watching a branch's live shelf now, on every instance.
 
-Where it is kept: one Redis sorted set per branch. Each live shelf socket is a
-member, scored with the Redis server's clock (milliseconds) at its last heartbeat.
-A member older than the TTL (``REALTIME_PRESENCE_TTL_S``) is stale: its daphne went
-away without running ``disconnect`` (SIGKILL, a lost host). Every script below
-drops stale members (ZREMRANGEBYSCORE) before it counts (ZCARD), so the count never
-includes them. A consumer beats at a random 0.8-1.0 x TTL/3, so a living member
-survives two lost beats, and removes itself when its socket closes. The server's
-clock scores every member, so instances whose clocks disagree still agree on what
-is stale.
+Who is counted: a session. The live page gives an anonymous visitor a session too,
+so each browser is one viewer however many tabs and reconnects it has, and two
+visitors behind one address count apart. A socket without a session (a script, a
+lab, a benchmark) is counted by its client address: a thousand sockets from one
+client are one viewer. Only WebSocket viewers are counted; the SSE and polling
+endpoints serve no live shelf.
 
-Who is counted: a browser tab. The live page names its tab with a random id
-(``?tab=``) held for the life of the page, so a socket that reconnects, to the
-same instance or to another one after a crash, replaces its own member instead of
-counting twice until the old one expires. A client that names no tab is counted by
-its connection. Two tabs of one person count twice: each is a page someone may be
-looking at, and an anonymous tab says nothing about who is behind it. Only
-WebSocket viewers are counted; the SSE and polling endpoints serve no live shelf.
+Where it is kept: two Redis keys per branch. A sorted set holds one entry per open
+socket, ``<viewer>|<socket>``, scored with the Redis server's clock (milliseconds)
+at its last heartbeat; a hash counts each viewer's open sockets, and the number of
+viewers is its length. A socket's entry is added once (a beat only moves its score)
+and removed once, so the counts stay exact through repeated joins, and a viewer
+leaves the hash when its last socket goes. An entry older than the TTL
+(``REALTIME_PRESENCE_TTL_S``) is stale: its daphne went away without running
+``disconnect`` (SIGKILL, a lost host). Every script below drops stale entries, and
+their sockets from the counts, before it counts, so the count never includes them.
+A consumer beats at a random 0.8-1.0 x TTL/3, so a living entry survives two lost
+beats, and removes itself when its socket closes. The server's clock scores every
+entry, so instances whose clocks disagree still agree on what is stale.
+
+The page names its tab (``?tab=``) to be told the count as it changes; the tab does
+not decide who is counted.
 
 Telling the others: a consumer that sees the count change (its join, its leave, a
 beat that finds another number because stale members expired) calls
@@ -76,20 +81,36 @@ TAB_RULE: Final = "tab must be 8 to 64 letters, digits, '-' or '_'"
 Operation = Literal["join", "leave", "read", "claim"]
 
 # One script for every operation, so a change, the prune and the count happen in one
-# atomic step on the server's clock. KEYS share a hash tag, so they live in one
-# cluster slot. ARGV: operation, TTL in ms, member (join/leave) or the last claim the
-# caller saw (claim), how long the claim key lives. Returns {count, server time in
-# ms, last claim ('' if none), 1 if this call claimed}.
+# atomic step on the server's clock. KEYS (sharing a hash tag, so they live in one
+# cluster slot): the sockets' sorted set, the last-claim key, the broadcast counter,
+# the viewers' hash. ARGV: operation, TTL in ms, the socket's entry (join/leave) or
+# the last claim the caller saw (claim), how long the claim key lives. An entry is
+# ``<viewer>|<socket>``; its viewer is everything before the last '|'. Returns
+# {viewers, server time in ms, last claim ('' if none), 1 if this call claimed}.
 _SCRIPT: Final = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 local claimed = 0
+local function viewer_of(entry)
+  return string.match(entry, '^(.*)|[^|]*$') or entry
+end
+local function drop(entry)
+  if redis.call('ZREM', KEYS[1], entry) == 1 then
+    local viewer = viewer_of(entry)
+    if redis.call('HINCRBY', KEYS[4], viewer, -1) <= 0 then
+      redis.call('HDEL', KEYS[4], viewer)
+    end
+  end
+end
 if ARGV[1] == 'join' then
-  redis.call('ZADD', KEYS[1], string.format('%d', now), ARGV[3])
+  if redis.call('ZADD', KEYS[1], string.format('%d', now), ARGV[3]) == 1 then
+    redis.call('HINCRBY', KEYS[4], viewer_of(ARGV[3]), 1)
+  end
   redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+  redis.call('PEXPIRE', KEYS[4], 2 * ttl)
 elseif ARGV[1] == 'leave' then
-  redis.call('ZREM', KEYS[1], ARGV[3])
+  drop(ARGV[3])
 elseif ARGV[1] == 'claim' then
   if (redis.call('GET', KEYS[2]) or '') == ARGV[3] then
     redis.call('SET', KEYS[2], string.format('%d', now), 'PX', ARGV[4])
@@ -97,8 +118,12 @@ elseif ARGV[1] == 'claim' then
     claimed = 1
   end
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now - ttl))
-return {redis.call('ZCARD', KEYS[1]), now, redis.call('GET', KEYS[2]) or '', claimed}
+local stale = redis.call(
+  'ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now - ttl))
+for _, entry in ipairs(stale) do
+  drop(entry)
+end
+return {redis.call('HLEN', KEYS[4]), now, redis.call('GET', KEYS[2]) or '', claimed}
 """
 
 
@@ -160,9 +185,14 @@ def heartbeat_interval_s(ttl_s: float, rng: random.Random | None = None) -> floa
     return ttl_s / 3 * draw
 
 
-def presence_member(tab: str | None, connection: str) -> str:
-    """Return the set member of a socket: its tab when it named one, else itself."""
-    return f"tab:{tab}" if tab is not None else f"conn:{connection}"
+def presence_viewer(session: str | None, address: str) -> str:
+    """Return who a socket counts as: its session, or without one its address."""
+    return f"session:{session}" if session is not None else f"addr:{address}"
+
+
+def presence_member(viewer: str, socket: str) -> str:
+    """Return a socket's entry among the branch's sockets: its viewer, then itself."""
+    return f"{viewer}|{socket.replace('|', '_')}"
 
 
 def tab_valid(tab: str) -> bool:
@@ -177,7 +207,13 @@ def ttl_s() -> int:
 # --- Redis -------------------------------------------------------------------------
 
 
+def sockets_key(branch_id: int) -> str:
+    """Return the sorted set of the branch's open sockets, scored by last beat."""
+    return f"realtime:presence:{{branch-{branch_id}}}:sockets"
+
+
 def viewers_key(branch_id: int) -> str:
+    """Return the hash of the branch's viewers and how many sockets each has open."""
     return f"realtime:presence:{{branch-{branch_id}}}:viewers"
 
 
@@ -246,9 +282,10 @@ async def _run(
         connection = _connection()
         reply = await connection.script(
             keys=[
-                viewers_key(branch_id),
+                sockets_key(branch_id),
                 claim_key(branch_id),
                 broadcasts_key(branch_id),
+                viewers_key(branch_id),
             ],
             args=[operation, ttl_s() * 1000, argument, _CLAIM_KEEP_MS],
         )
@@ -262,12 +299,12 @@ async def _run(
 
 
 async def presence_join(branch_id: int, member: str) -> Observation | None:
-    """Add or refresh ``member`` among the branch's viewers; None if Redis is down."""
+    """Add or refresh a socket's entry (``presence_member``); None if Redis is down."""
     return await _run("join", branch_id, member)
 
 
 async def presence_leave(branch_id: int, member: str) -> Observation | None:
-    """Remove ``member`` from the branch's viewers; None if Redis is down."""
+    """Remove a socket's entry, and its viewer with its last; None if Redis is down."""
     return await _run("leave", branch_id, member)
 
 

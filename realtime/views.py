@@ -24,9 +24,9 @@ from django.shortcuts import get_object_or_404, render
 
 from library.models import Branch
 from realtime.limits import (
+    Holder,
     slot_held_by,
     stream_admit,
-    stream_refusal,
     streams_open,
 )
 from realtime.polling import (
@@ -51,6 +51,11 @@ log = logging.getLogger("realtime")
 def branch_live(request: HttpRequest, branch_id: int) -> HttpResponse:
     """Render the live shelf page; the counts come over the socket."""
     branch = get_object_or_404(Branch, pk=branch_id)
+    if request.session.session_key is None:
+        # Presence counts sessions (realtime.presence): an anonymous visitor gets
+        # one, so their tabs count once and they count apart from their neighbours
+        # behind the same address.
+        request.session["live_viewer"] = True
     return render(request, "realtime/live.html", {"branch": branch})
 
 
@@ -124,9 +129,9 @@ async def job_wait(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBase:
     if version is None or job["version"] != version:
         await counter_add(long_requests=1)
         return _no_store(JsonResponse(job))
-    slot = stream_admit()
-    if slot is None:
-        return stream_refusal()
+    slot = stream_admit(_holder(request))
+    if isinstance(slot, HttpResponse):
+        return slot
     try:
         changed = await change_hub().job_changed(job_id, version, hold_ms / 1000)
     finally:
@@ -160,14 +165,23 @@ def _event_stream(stream: AsyncIterator[str]) -> StreamingHttpResponse:
     return response
 
 
+def _holder(request: HttpRequest) -> Holder:
+    # The cookie as sent: stream requests read no session (realtime.front), and a
+    # forged one only splits its address's share, never enlarges it.
+    return Holder.of(
+        request.META.get("REMOTE_ADDR"),
+        request.COOKIES.get(settings.SESSION_COOKIE_NAME),
+    )
+
+
 async def _admitted(
-    opening: Coroutine[Any, Any, AsyncIterator[str]],
+    request: HttpRequest, opening: Coroutine[Any, Any, AsyncIterator[str]]
 ) -> HttpResponseBase:
-    """Open the stream if this process has room for one more, else refuse it."""
-    slot = stream_admit()
-    if slot is None:
+    """Open the stream if this process and client have room, else refuse it."""
+    slot = stream_admit(_holder(request))
+    if isinstance(slot, HttpResponse):
         opening.close()  # never awaited: closed, or Python warns about it
-        return stream_refusal()
+        return slot
     try:
         stream = await opening
     except BaseException:
@@ -189,7 +203,7 @@ async def job_events(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBas
     if job["finished"] and last_id == job["version"]:
         # Nothing will ever follow; 204 stops EventSource from reconnecting.
         return _no_store(HttpResponse(status=204))
-    return await _admitted(job_stream(job_id, last_id, job))
+    return await _admitted(request, job_stream(job_id, last_id, job))
 
 
 async def branch_events(request: HttpRequest, branch_id: int) -> HttpResponseBase:
@@ -202,7 +216,7 @@ async def branch_events(request: HttpRequest, branch_id: int) -> HttpResponseBas
     start = await db_call(branch_start, branch_id, last_id)
     if start is None:
         return _no_store(JsonResponse({"error": "no such branch"}, status=404))
-    return await _admitted(branch_stream(branch_id, last_id, start))
+    return await _admitted(request, branch_stream(branch_id, last_id, start))
 
 
 # How long a client should wait before asking for the metrics again after Redis

@@ -115,13 +115,13 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def lab_daphne() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """A daphne with the lab routes on, for as long as the block runs.
+def lab_daphne(**env: str) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """A daphne with the lab routes on (and ``env``), for as long as the block runs.
 
     The tests that use it read ``/realtime/metrics`` signed out, as the labs do.
     """
     port = free_port()
-    process = start_daphne(port, env={**child_env(), "LIBRARY_LAB_ROUTES": "on"})
+    process = start_daphne(port, env={**child_env(), "LIBRARY_LAB_ROUTES": "on", **env})
     try:
         yield port, process
     finally:

@@ -8,6 +8,11 @@
 - Every change bumps the book's version and its branch's stock version, and appends
   an outbox message, all in the same transaction: the message exists exactly when the
   change does.
+- A desk form sent twice changes the library once (``loan_issue_once``,
+  ``loan_return_once``): its idempotency key is stored on the loan, in a unique
+  column, in the transaction of the change. A repeat finds the loan and answers with
+  it; two copies racing each other cannot both commit, and the loser answers with
+  the winner's loan.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
@@ -74,10 +79,27 @@ def _loan_body(loan: Loan, shelf: _Shelf) -> LoanBody:
     }
 
 
+@dataclass(frozen=True)
+class Once:
+    """What a keyed desk submission did: its loan, and whether an earlier copy of
+    the same submission had already done it (then this one changed nothing)."""
+
+    loan: Loan
+    replayed: bool
+
+
 def loan_issue(
-    *, book_id: int, member_id: int, pickup_date: datetime.date | None = None
+    *,
+    book_id: int,
+    member_id: int,
+    pickup_date: datetime.date | None = None,
+    key: str | None = None,
 ) -> Loan:
-    """Lend one copy of a book to a member and return the new loan."""
+    """Lend one copy of a book to a member and return the new loan.
+
+    ``key`` is stored as the loan's ``issue_key``; use ``loan_issue_once`` to
+    have a repeated key answered with its loan instead of an error.
+    """
     with transaction.atomic():
         if not Member.objects.filter(pk=member_id).exists():
             raise not_found("Member", member_id)
@@ -92,7 +114,10 @@ def loan_issue(
             raise LibraryError(f"No copy of book #{book_id} is on the shelf.")
         shelf = _shelf_changed(book_id)
         loan = Loan.objects.create(
-            book_id=book_id, member_id=member_id, pickup_date=pickup_date or _today()
+            book_id=book_id,
+            member_id=member_id,
+            pickup_date=pickup_date or _today(),
+            issue_key=key,
         )
         outbox_publish(
             type=MessageType.LOAN_ISSUED,
@@ -102,11 +127,58 @@ def loan_issue(
         return loan
 
 
-def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Loan:
+def loan_issue_once(
+    *,
+    key: str,
+    book_id: int,
+    member_id: int,
+    pickup_date: datetime.date | None = None,
+) -> Once:
+    """Issue the loan a desk form asks for, unless that form was already answered.
+
+    The form's ``key`` was rendered with it. If a loan carries it, this is the same
+    submission again (a clerk's retry after a lost answer, a double click): answer
+    with that loan and change nothing. If another copy commits while this one runs,
+    this one fails (the unique key, or the shelf it emptied) and answers with that
+    copy's loan. A key that issued a loan of another book or member is refused: the
+    form was reused for a different loan.
+    """
+    first = _issued_with(key, book_id=book_id, member_id=member_id)
+    if first is not None:
+        return Once(first, replayed=True)
+    try:
+        loan = loan_issue(
+            book_id=book_id, member_id=member_id, pickup_date=pickup_date, key=key
+        )
+    except (IntegrityError, LibraryError):
+        first = _issued_with(key, book_id=book_id, member_id=member_id)
+        if first is None:
+            raise
+        return Once(first, replayed=True)
+    return Once(loan, replayed=False)
+
+
+def _issued_with(key: str, *, book_id: int, member_id: int) -> Loan | None:
+    loan = Loan.objects.select_related("book", "member").filter(issue_key=key).first()
+    if loan is not None and (loan.book_id, loan.member_id) != (book_id, member_id):
+        raise LibraryError(
+            f"This form was already used to issue loan #{loan.pk}; open the form "
+            "again to issue another loan."
+        )
+    return loan
+
+
+def loan_return(
+    *,
+    loan_id: int,
+    return_date: datetime.date | None = None,
+    key: str | None = None,
+) -> Loan:
     """Close an open loan and put its copy back on the shelf.
 
     The return date lies between the pickup and today: a copy cannot come back
-    before it left, nor on a day that has not come yet.
+    before it left, nor on a day that has not come yet. ``key`` is stored as the
+    loan's ``return_key`` (see ``loan_return_once``).
     """
     today = _today()
     day = return_date or today
@@ -119,7 +191,7 @@ def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Lo
         )
     with transaction.atomic():
         closed = Loan.objects.filter(pk=loan_id, return_date__isnull=True).update(
-            return_date=day
+            return_date=day, return_key=key
         )
         if closed != 1:
             if not Loan.objects.filter(pk=loan_id).exists():
@@ -147,6 +219,38 @@ def loan_return(*, loan_id: int, return_date: datetime.date | None = None) -> Lo
             body=dict(_loan_body(loan, shelf)),
         )
         return loan
+
+
+def loan_return_once(
+    *, key: str, loan_id: int, return_date: datetime.date | None = None
+) -> Once:
+    """Return the loan a desk form names, unless that form was already answered.
+
+    As ``loan_issue_once``: a loan closed with ``key`` is this submission's answer
+    (the date it was closed with stands), and a copy that loses the race to close
+    the loan answers with the winner's result instead of "already returned".
+    """
+    first = _returned_with(key, loan_id=loan_id)
+    if first is not None:
+        return Once(first, replayed=True)
+    try:
+        loan = loan_return(loan_id=loan_id, return_date=return_date, key=key)
+    except (IntegrityError, LibraryError):
+        first = _returned_with(key, loan_id=loan_id)
+        if first is None:
+            raise
+        return Once(first, replayed=True)
+    return Once(loan, replayed=False)
+
+
+def _returned_with(key: str, *, loan_id: int) -> Loan | None:
+    loan = Loan.objects.select_related("book", "member").filter(return_key=key).first()
+    if loan is not None and loan.pk != loan_id:
+        raise LibraryError(
+            f"This form was already used to return loan #{loan.pk}; open the "
+            "return page of this loan again."
+        )
+    return loan
 
 
 def stock_correct(*, book_id: int, on_shelf: int) -> Book:

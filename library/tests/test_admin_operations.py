@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import time
@@ -12,10 +13,12 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from jobs.series import series_add, series_reset
+from jobs.series import series_add, series_reset, series_sample
 from jobs.telemetry import SHED
+from library.admin_operations import WINDOWS, operations_charts
 from library.cache.metrics import metrics_record, metrics_reset
 from library.permissions import VIEW_OPERATIONS, permission_get
+from messaging.models import DeadLetter, Delivery, OutboxMessage
 from tests.processes import free_port
 
 pytestmark = pytest.mark.django_db
@@ -148,3 +151,55 @@ def test_the_cache_metrics_page_links_here_for_those_who_may_look(clean):
     url = reverse("admin:cache_metrics")
     assert reverse(PAGE) in _client(allowed=True).get(url).content.decode()
     assert reverse(PAGE) not in _client(allowed=False).get(url).content.decode()
+
+
+def _dead_letter_at(when: datetime.datetime) -> None:
+    message = OutboxMessage.objects.create(type="loan_issued", key="1", body={})
+    delivery = Delivery.objects.create(
+        message=message,
+        subscription="notification",
+        status=Delivery.Status.DEAD,
+        available_at=when,
+    )
+    DeadLetter.objects.create(
+        delivery=delivery,
+        subscription="notification",
+        message_type="loan_issued",
+        body={},
+        attempts=5,
+        last_error="LookupError: member 1 not found",
+        first_failed_at=when,
+        last_failed_at=when,
+    )
+
+
+def test_counts_are_steps_over_their_own_bucket(clean):
+    # The hour before the current one, so every moment below has passed.
+    hour = (int(time.time()) // 3600 - 1) * 3600
+    died = datetime.datetime.fromtimestamp(hour + 8 * 60, tz=datetime.UTC)  # 09:08
+    # The scheduler samples every minute; twice is enough here: once in the hour
+    # before (its minutes counted 0 letters), once just after the deaths.
+    series_sample(now=died - datetime.timedelta(minutes=55))
+    for _ in range(3):
+        _dead_letter_at(died)
+    series_sample(now=died + datetime.timedelta(minutes=1))
+
+    charts = operations_charts(WINDOWS["1h"], now=hour + 30 * 60)  # read at 09:30
+
+    letters = next(c for c in charts if c["id"] == "deadletters-new")
+    assert letters["draw"] == "steps"
+    assert letters["step_minutes"] == 60
+    # Two buckets, 08:00 and 09:00; the last ends at 10:00.
+    assert letters["x"] == [hour - 3600, hour]
+    assert letters["x_end"] == hour + 3600
+    values = next(line for line in letters["lines"] if line["label"] == "notification")
+    # All three in the bucket that holds 09:08, drawn flat from 09:00 to 10:00; the
+    # hour before holds none, so nothing slopes up through it.
+    assert values["values"] == [0.0, 3.0]
+    # Levels are samples: lines, their buckets' ends given all the same.
+    open_letters = next(c for c in charts if c["id"] == "deadletters-open")
+    assert open_letters["draw"] == "line"
+    assert open_letters["x_end"] == open_letters["x"][-1] + 60
+    assert {c["draw"] for c in charts if c["kind"] in ("count", "tally", "cache")} == {
+        "steps"
+    }

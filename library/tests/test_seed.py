@@ -281,9 +281,47 @@ def test_command_prints_a_working_password_when_debug_is_on(tmp_path):
         output = _run_command()
         rerun = _run_command()
 
-    password = json.loads((tmp_path / "demo-credentials.json").read_text())["password"]
+    kept = json.loads((tmp_path / "demo-credentials.json").read_text())
+    [password] = kept["databases"].values()
     assert f"staff login: staff / {password}" in output
     assert f"member login: reader / {password}" in output
     assert f"staff login: staff / {password}" in rerun  # read back on a rerun
     assert authenticate(username="staff", password=password) is not None
     assert authenticate(username="reader", password=password) is not None
+
+
+def test_seeding_here_keeps_the_password_of_another_database(tmp_path):
+    # What `make run` left: the SQLite database's password, beside which `make
+    # cluster` now seeds this one.
+    theirs = {"sqlite:/elsewhere/var/library.sqlite3": "their-password-1"}
+    path = tmp_path / "demo-credentials.json"
+    path.write_text(json.dumps({"databases": theirs}))
+    with override_settings(DEBUG=True, VAR_DIR=tmp_path):
+        output = _run_command()
+
+    kept = json.loads(path.read_text())["databases"]
+    assert kept["sqlite:/elsewhere/var/library.sqlite3"] == "their-password-1"
+    [ours] = [password for name, password in kept.items() if name not in theirs]
+    assert f"staff login: staff / {ours}" in output
+    assert authenticate(username="staff", password=ours) is not None
+
+
+def test_a_file_of_the_old_shape_is_read_for_the_database_it_works_in(tmp_path):
+    seed_library(today=TODAY)
+    staff = get_user_model().objects.get(username="staff")
+    staff.set_password("the-old-file-s-password")
+    staff.save()
+    path = tmp_path / "demo-credentials.json"
+    path.write_text(json.dumps({"password": "the-old-file-s-password"}))
+    with override_settings(DEBUG=True, VAR_DIR=tmp_path):
+        output = _run_command()
+
+    assert "staff login: staff / the-old-file-s-password" in output
+    [password] = json.loads(path.read_text())["databases"].values()
+    assert password == "the-old-file-s-password"
+    # A password that no longer works here is never printed.
+    staff.set_password("changed-in-the-admin")
+    staff.save()
+    with override_settings(DEBUG=True, VAR_DIR=tmp_path):
+        output = _run_command()
+    assert "demo password unknown: rerun with --reset-password" in output

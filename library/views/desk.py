@@ -6,6 +6,10 @@ work without JavaScript, and ``static/js/desk.js`` adds suggestions from the sma
 JSON endpoints below, each behind the desk right it serves. Domain refusals
 (``LibraryError``) become form errors with the error's HTTP status, so a conflict
 answers 409 and still shows the form. Every answer here is ``no-store``.
+
+The issue and return forms carry an idempotency key (``library.forms.IdempotentForm``):
+the same form sent again (a retry after a lost answer, a double click) is answered
+with what the first one did, and lends or returns nothing more.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from library.errors import LibraryError
 from library.forms import LoanFindForm, LoanIssueForm, LoanReturnForm, SuggestForm
 from library.models import Book, Loan, Member
 from library.permissions import permission_required, user_may
+from library.services import Once, loan_issue_once, loan_return_once
 from library.services import loan_issue as loan_issue_service
 from library.services import loan_return as loan_return_service
 from library.views import HttpResponseSeeOther
@@ -61,19 +66,17 @@ def loan_issue(request: HttpRequest) -> HttpResponse:
         form = LoanIssueForm(request.POST)
         if form.is_valid():
             try:
-                loan = loan_issue_service(
-                    book_id=form.cleaned_data["book_id"],
-                    member_id=form.cleaned_data["member_id"],
-                )
+                done = _issue(form.cleaned_data)
             except LibraryError as error:
                 form.add_error(None, error.message)
                 status = error.status
             else:
-                messages.success(
-                    request,
+                loan = done.loan
+                said = (
                     f"Loan #{loan.pk} issued: “{loan.book.title}” to "
-                    f"{loan.member.full_name} (card #{loan.member_id}).",
+                    f"{loan.member.full_name} (card #{loan.member_id})."
                 )
+                _tell(request, done, said)
                 return HttpResponseSeeOther(reverse("book-detail", args=[loan.book_id]))
         else:
             status = 200 if form.only_ambiguous() else 400
@@ -98,6 +101,33 @@ def loan_issue(request: HttpRequest) -> HttpResponse:
         },
         status=status,
     )
+
+
+def _issue(data: dict[str, Any]) -> Once:
+    book_id, member_id = data["book_id"], data["member_id"]
+    key = data.get("idempotency_key")
+    if key is None:
+        loan = loan_issue_service(book_id=book_id, member_id=member_id)
+        return Once(loan, replayed=False)
+    return loan_issue_once(key=key, book_id=book_id, member_id=member_id)
+
+
+def _return(loan_id: int, data: dict[str, Any]) -> Once:
+    day, key = data["return_date"], data.get("idempotency_key")
+    if key is None:
+        return Once(loan_return_service(loan_id=loan_id, return_date=day), False)
+    return loan_return_once(key=key, loan_id=loan_id, return_date=day)
+
+
+def _tell(request: HttpRequest, done: Once, said: str) -> None:
+    """Say what the submission did; a repeat is told it changed nothing."""
+    if done.replayed:
+        messages.info(
+            request,
+            f"This form had already been sent; nothing was changed. {said}",
+        )
+    else:
+        messages.success(request, said)
 
 
 @never_cache
@@ -265,9 +295,7 @@ def loan_return(request: HttpRequest, loan_id: int) -> HttpResponse:
         form = LoanReturnForm(request.POST, **bounds)
         if form.is_valid():
             try:
-                loan = loan_return_service(
-                    loan_id=loan_id, return_date=form.cleaned_data["return_date"]
-                )
+                done = _return(loan_id, form.cleaned_data)
             except LibraryError as error:
                 # A refused date belongs beside the date; other refusals (already
                 # returned, no such loan) concern the whole form.
@@ -275,11 +303,12 @@ def loan_return(request: HttpRequest, loan_id: int) -> HttpResponse:
                 form.add_error(field, error.message)
                 status = error.status
             else:
-                messages.success(
-                    request,
+                loan = done.loan
+                said = (
                     f"Loan #{loan.pk} returned: “{loan.book.title}” is back on "
-                    f"the shelf ({loan.book.on_shelf} now).",
+                    f"the shelf ({loan.book.on_shelf} now)."
                 )
+                _tell(request, done, said)
                 return HttpResponseSeeOther(reverse("book-detail", args=[loan.book_id]))
         else:
             status = 400

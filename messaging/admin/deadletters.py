@@ -1,6 +1,8 @@
 """Dead letters: read-only; redriven or discarded by actions, each confirmed first.
 
-The clusters view groups open letters by error and redrives a whole cluster. Every
+The clusters view groups open letters by error (its signature: the text with the
+values of one message taken out, ``messaging.signatures``) and redrives a whole
+cluster. Every
 action asks for its own permission (``messaging.redrive_deadletter``,
 ``messaging.discard_deadletter``), not the change permission: no letter is edited.
 """
@@ -77,15 +79,15 @@ class DiscardForm(forms.Form):
     )
 
 
-class LastErrorFilter(admin.SimpleListFilter):
-    """Exact ``?last_error=…``, as linked from the clusters view.
+class ErrorSignatureFilter(admin.SimpleListFilter):
+    """Exact ``?error_signature=…``, as linked from the clusters view.
 
     Listing every distinct error in the sidebar would bury the other filters, so the
     filter shows only while it is in use (with "All" to leave it).
     """
 
-    title = "last error"
-    parameter_name = "last_error"
+    title = "error"
+    parameter_name = "error_signature"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         value = self.value()
@@ -93,7 +95,7 @@ class LastErrorFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        return queryset if value is None else queryset.filter(last_error=value)
+        return queryset if value is None else queryset.filter(error_signature=value)
 
 
 @admin.register(DeadLetter)
@@ -112,7 +114,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
         "redriven",
     ]
     list_display_links = ["subscription"]
-    list_filter = [OpenFilter, "subscription", "message_type", LastErrorFilter]
+    list_filter = [OpenFilter, "subscription", "message_type", ErrorSignatureFilter]
     search_fields = ["=delivery__message__id", "last_error"]
     list_select_related = ["delivery", "redriven_by", "discarded_by"]
     actions = ["redrive", "discard"]
@@ -353,7 +355,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
         ]
 
     def clusters_view(self, request: HttpRequest) -> TemplateResponse:
-        """Show open dead letters grouped by (subscription, last error)."""
+        """Show open dead letters grouped by (subscription, error signature)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         now = timezone.now()
@@ -363,8 +365,8 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
         rows = [
             (
                 c,
-                f"{changelist}?{cluster_query(c.subscription, c.last_error)}",
-                f"{redrive}?{urlencode(_cluster_key(c.subscription, c.last_error))}",
+                f"{changelist}?{cluster_query(c.subscription, c.signature)}",
+                f"{redrive}?{urlencode(_cluster_key(c.subscription, c.signature))}",
             )
             for c in clusters
         ]
@@ -391,9 +393,9 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
             raise PermissionDenied
         data = request.POST if request.method == "POST" else request.GET
         subscription = data.get("subscription")
-        last_error = data.get("last_error")
-        if subscription is None or last_error is None:
-            return HttpResponseBadRequest("name a cluster: subscription and last_error")
+        signature = data.get("signature")
+        if subscription is None or signature is None:
+            return HttpResponseBadRequest("name a cluster: subscription and signature")
         if request.method == "POST":
             try:
                 shown_at = datetime.datetime.fromisoformat(data.get("shown_at", ""))
@@ -404,7 +406,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
                 return HttpResponseBadRequest("the moment carries no time zone")
             redriven = deadletter_redrive_cluster(
                 subscription=subscription,
-                last_error=last_error,
+                signature=signature,
                 failed_upto=shown_at,
                 user=acting_user(request),
             )
@@ -421,27 +423,29 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
         # Only letters dead by ``now`` are listed, and the POST redrives only those
         # (still open then): one that dies while the page is drawn waits.
         letters = self.get_queryset(request).filter(
-            subscription=subscription, last_error=last_error, last_failed_at__lte=now
+            subscription=subscription,
+            error_signature=signature,
+            last_failed_at__lte=now,
         )
         return self._confirmation(
             request,
             letters,
             verb="Redrive",
             hidden={
-                **_cluster_key(subscription, last_error),
+                **_cluster_key(subscription, signature),
                 "shown_at": now.isoformat(),
             },
             selected=False,
-            cluster=(subscription, last_error),
+            cluster=(subscription, signature),
         )
 
 
-def cluster_query(subscription: str, last_error: str) -> str:
+def cluster_query(subscription: str, signature: str) -> str:
     """Return the changelist query selecting one cluster's open letters."""
     return urlencode(
-        {"state": "open", "subscription": subscription, "last_error": last_error}
+        {"state": "open", "subscription": subscription, "error_signature": signature}
     )
 
 
-def _cluster_key(subscription: str, last_error: str) -> dict[str, str]:
-    return {"subscription": subscription, "last_error": last_error}
+def _cluster_key(subscription: str, signature: str) -> dict[str, str]:
+    return {"subscription": subscription, "signature": signature}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
 from messaging.models import DeadLetter, Delivery, OutboxMessage
@@ -33,7 +33,8 @@ class OutboxLag:
 @dataclass(frozen=True)
 class DeadLetterCluster:
     subscription: str
-    last_error: str
+    signature: str  # the letters' error with its values taken out (the key)
+    example: str  # one letter's error as it was, values and all
     count: int
     oldest: datetime.timedelta  # since the oldest letter of the cluster went dead
     # Letters of the cluster whose earlier attempts killed their worker.
@@ -110,25 +111,29 @@ def deadletter_clusters(
     """Group open dead letters by subscription and error, biggest cluster first.
 
     Letters that failed the same way usually share one cause, so one fix and one
-    redrive clear the whole cluster.
+    redrive clear the whole cluster. "The same way" is the error's signature
+    (``messaging.signatures``): "member 7 not found" and "member 12 not found" are
+    one cluster.
     """
     now = now or timezone.now()
     rows = (
         DeadLetter.objects.filter(redriven_at__isnull=True, discarded_at__isnull=True)
         .annotate(worker_deaths=worker_deaths())
         .order_by()
-        .values("subscription", "last_error")
+        .values("subscription", "error_signature")
         .annotate(
             count=Count("id"),
             oldest=Min("last_failed_at"),
+            example=Max("last_error"),
             killed_workers=Count("id", filter=Q(worker_deaths__gt=0)),
         )
-        .order_by("-count", "oldest", "subscription", "last_error")
+        .order_by("-count", "oldest", "subscription", "error_signature")
     )
     return [
         DeadLetterCluster(
             subscription=row["subscription"],
-            last_error=row["last_error"],
+            signature=row["error_signature"],
+            example=row["example"],
             count=row["count"],
             oldest=max(now - row["oldest"], datetime.timedelta(0)),
             killed_workers=row["killed_workers"],

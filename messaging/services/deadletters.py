@@ -85,11 +85,13 @@ def deadletter_redrive(*, ids: Iterable[int], user: AbstractBaseUser | None) -> 
 def deadletter_redrive_cluster(
     *,
     subscription: str,
-    last_error: str,
+    signature: str,
     failed_upto: datetime.datetime,
     user: AbstractBaseUser | None,
 ) -> int:
     """Redrive one cluster's open letters that went dead by ``failed_upto``.
+
+    A cluster is a subscription and an error signature (``DeadLetter.error_signature``).
 
     ``failed_upto`` is when the operator was shown the cluster: a letter that joined
     it later (a new one, or one that died again) was not seen, with its warnings,
@@ -100,7 +102,7 @@ def deadletter_redrive_cluster(
         letters = list(
             _open_locked().filter(
                 subscription=subscription,
-                last_error=last_error,
+                error_signature=signature,
                 last_failed_at__lte=failed_upto,
             )
         )

@@ -27,7 +27,7 @@ from messaging.services import (
 )
 from messaging.tests.conftest import make_due
 from messaging.tests.test_admin import letters, operator, operator_client  # noqa: F401
-from messaging.tests.test_selectors import NOTIFY_ERROR
+from messaging.tests.test_selectors import NOTIFY_ERROR, NOTIFY_SIGNATURE
 
 pytestmark = pytest.mark.django_db
 
@@ -35,6 +35,7 @@ CHANGELIST = "admin:messaging_deadletter_changelist"
 CLUSTERS = "admin:messaging_deadletter_clusters"
 REDRIVE_CLUSTER = "admin:messaging_deadletter_redrive_cluster"
 DIED = "the worker died during 1 earlier attempt(s)"
+DIED_SIGNATURE = "the worker died during <n> earlier attempt(s)"
 WARNING = "killed a worker in 1 attempt(s)"
 
 
@@ -64,6 +65,15 @@ def killers(letters, monkeypatch):  # noqa: F811
     found = list(DeadLetter.objects.filter(last_error=DIED).order_by("subscription"))
     assert [x.subscription for x in found] == ["broadcast", "notification"]
     return found
+
+
+def broadcast_row(clusters_page):
+    """Return (cluster, list url, redrive url) of the broadcast cluster's row."""
+    return next(
+        row
+        for row in clusters_page.context["rows"]
+        if row[0].subscription == "broadcast"
+    )
 
 
 def staff(django_user_model, name, *codenames):
@@ -119,10 +129,10 @@ def test_letter_that_killed_its_worker_is_flagged_in_the_change_list(
 
 def test_clusters_view_counts_the_letters_that_killed_a_worker(killers):
     counts = {
-        (c.subscription, c.last_error): c.killed_workers for c in deadletter_clusters()
+        (c.subscription, c.signature): c.killed_workers for c in deadletter_clusters()
     }
-    assert counts[("notification", DIED)] == 1
-    assert counts[("notification", NOTIFY_ERROR.format(1))] == 0
+    assert counts[("notification", DIED_SIGNATURE)] == 1
+    assert counts[("notification", NOTIFY_SIGNATURE)] == 0
 
 
 def test_redrive_action_confirms_with_the_warning_before_anything_moves(
@@ -163,14 +173,14 @@ def test_clusters_view_redrives_a_whole_cluster_after_confirmation(
     letters,  # noqa: F811
 ):
     clusters = operator_client.get(reverse(CLUSTERS))
-    cluster, _, redrive_url = clusters.context["rows"][0]
+    cluster, _, redrive_url = broadcast_row(clusters)
     assert (cluster.subscription, cluster.count) == ("broadcast", 3)
     assert html.escape(redrive_url) in clusters.text
     page = operator_client.get(redrive_url)
     assert page.status_code == 200
     expected = set(
         open_letters()
-        .filter(subscription="broadcast", last_error=cluster.last_error)
+        .filter(subscription="broadcast", error_signature=cluster.signature)
         .values_list("pk", flat=True)
     )
     assert {x.pk for x, _ in page.context["letters"]} == expected
@@ -196,7 +206,7 @@ def test_cluster_redrive_leaves_a_letter_that_failed_after_the_page_was_shown(
     operator_client,  # noqa: F811
     letters,  # noqa: F811
 ):
-    _, _, redrive_url = operator_client.get(reverse(CLUSTERS)).context["rows"][0]
+    _, _, redrive_url = broadcast_row(operator_client.get(reverse(CLUSTERS)))
     page = operator_client.get(redrive_url)
     form = hidden_inputs(page)
     late = open_letters().filter(subscription="broadcast").first()
@@ -219,20 +229,23 @@ def test_cluster_redrive_service_takes_only_open_letters_of_that_cluster(
     operator,  # noqa: F811
     letters,  # noqa: F811
 ):
-    notify = open_letters().filter(last_error=NOTIFY_ERROR.format(1))
-    first, second = list(notify)
+    # Members 1, 1 and 2 not found: one cluster of three.
+    first, second = list(open_letters().filter(last_error=NOTIFY_ERROR.format(1)))
+    other = open_letters().get(last_error=NOTIFY_ERROR.format(2))
     deadletter_discard(ids=[first.pk], user=operator, reason="member deleted")
     count = deadletter_redrive_cluster(
         subscription="notification",
-        last_error=NOTIFY_ERROR.format(1),
+        signature=NOTIFY_SIGNATURE,
         failed_upto=max(x.last_failed_at for x in letters),
         user=operator,
     )
-    assert count == 1
-    second.refresh_from_db()
-    first.refresh_from_db()
+    assert count == 2
+    for letter in (first, second, other):
+        letter.refresh_from_db()
     assert second.redriven_at is not None
+    assert other.redriven_at is not None
     assert (first.redriven_at, first.is_open) == (None, False)
+    assert open_letters().filter(subscription="broadcast").count() == 3
 
 
 def test_cluster_redrive_needs_the_redrive_permission(django_user_model, letters):  # noqa: F811
@@ -242,7 +255,7 @@ def test_cluster_redrive_needs_the_redrive_permission(django_user_model, letters
     clusters = client.get(reverse(CLUSTERS))
     assert clusters.status_code == 200
     assert "Redrive cluster" not in clusters.text
-    query = {"subscription": "broadcast", "last_error": letters[1].last_error}
+    query = {"subscription": "broadcast", "signature": letters[1].error_signature}
     assert client.get(reverse(REDRIVE_CLUSTER), query).status_code == 403
     posted = {**query, "shown_at": "2100-01-01T00:00:00+00:00", "shown": "3"}
     assert client.post(reverse(REDRIVE_CLUSTER), posted).status_code == 403

@@ -21,6 +21,8 @@ from messaging.services import deadletter_redrive, messaging_drain, relay_pendin
 pytestmark = pytest.mark.django_db
 
 NOTIFY_ERROR = "LookupError: member {} not found"
+# What the clusters group by: the error with the member's number taken out.
+NOTIFY_SIGNATURE = "LookupError: member <n> not found"
 BROADCAST_ERROR = "ConnectionError: channel layer unreachable"
 
 
@@ -117,6 +119,8 @@ def test_clusters_group_open_letters_by_subscription_and_error(
     library_rows, monkeypatch
 ):
     break_subscribers(monkeypatch)
+    # Four loans, three members: the notifications fail naming members 1 and 2, the
+    # same failure, one cluster.
     issue_and_drain(1, 1, 2, 1)
     now = timezone.now()
     oldest = DeadLetter.objects.filter(subscription="notification").earliest("id")
@@ -124,13 +128,13 @@ def test_clusters_group_open_letters_by_subscription_and_error(
         last_failed_at=now - datetime.timedelta(hours=2)
     )
     clusters = deadletter_clusters(now=now)
-    assert [(c.subscription, c.last_error, c.count) for c in clusters] == [
+    assert [(c.subscription, c.signature, c.count) for c in clusters] == [
+        ("notification", NOTIFY_SIGNATURE, 4),
         ("broadcast", BROADCAST_ERROR, 4),
-        ("notification", NOTIFY_ERROR.format(1), 3),
-        ("notification", NOTIFY_ERROR.format(2), 1),
     ]
-    assert clusters[1].oldest == datetime.timedelta(hours=2)
-    assert clusters[0].oldest < datetime.timedelta(minutes=1)
+    assert clusters[0].example in {NOTIFY_ERROR.format(n) for n in (1, 2)}
+    assert clusters[0].oldest == datetime.timedelta(hours=2)
+    assert clusters[1].oldest < datetime.timedelta(minutes=1)
 
 
 def test_redriven_letters_leave_their_cluster_and_the_open_count(

@@ -1,9 +1,10 @@
 """Presence through the real ASGI application and real Redis, in one process.
 
-The late joiner's snapshot carries the count, a named tab hears changes, a tab is
-counted once however many sockets it opens, stale members are dropped by score, a
-burst of joins costs about one broadcast a second, and a Redis that does not answer
-leaves the socket open with the count unknown.
+The late joiner's snapshot carries the count, a named tab hears changes, a session
+is counted once however many sockets it opens (and sockets without one once per
+address), stale sockets are dropped by score, a burst of joins costs about one
+broadcast a second, and a Redis that does not answer leaves the socket open with the
+count unknown.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import time
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.layers import InMemoryChannelLayer
+from django.conf import settings
+from django.contrib.sessions.backends.db import SessionStore
 
 from config.asgi import application
 from library.models import Book, Branch
@@ -25,6 +29,7 @@ from realtime.presence import (
     broadcasts_key,
     presence_count,
     presence_join,
+    sockets_key,
     ttl_s,
     viewers_key,
 )
@@ -42,11 +47,29 @@ def branch(redis_client):
     return branch
 
 
+def _stored_session() -> str:
+    session = SessionStore()
+    session["live_viewer"] = True
+    session.create()
+    assert session.session_key is not None
+    return session.session_key
+
+
+async def new_session() -> str:
+    """Return the key of a new stored session (a visitor of the live page)."""
+    return await sync_to_async(_stored_session)()
+
+
 async def open_socket(
-    tab: str | None = None,
+    tab: str | None = None, session: str | None = None
 ) -> tuple[Socket, dict[str, Any]]:
     path = "/ws/branches/1/stock/" + (f"?tab={tab}" if tab is not None else "")
-    ws = Socket(application, path, headers=[ORIGIN])
+    headers = [ORIGIN]
+    if session is not None:
+        headers.append(
+            (b"cookie", f"{settings.SESSION_COOKIE_NAME}={session}".encode())
+        )
+    ws = Socket(application, path, headers=headers)
     connected, _ = await ws.connect()
     assert connected
     snapshot = await ws.receive_json_from()
@@ -68,9 +91,9 @@ def broadcasts(redis_client) -> int:
 
 
 async def test_a_late_joiner_gets_the_count_in_its_first_frame(branch):
-    first, snapshot = await open_socket("tab-first-0001")
+    first, snapshot = await open_socket("tab-first-0001", await new_session())
     assert snapshot["watching"] == 1
-    second, snapshot = await open_socket("tab-second-002")
+    second, snapshot = await open_socket("tab-second-002", await new_session())
     assert snapshot["watching"] == 2
     await presence_reaches(first, 2)
     await second.disconnect()
@@ -87,15 +110,30 @@ async def test_a_joiner_is_not_told_again_what_its_snapshot_said(branch):
     await ws.disconnect()
 
 
-async def test_one_tab_counts_once_however_many_sockets_it_opens(branch):
-    # A reconnect that reaches the server before the old socket's goodbye.
-    old, _ = await open_socket("tab-reconnect-1")
-    new, snapshot = await open_socket("tab-reconnect-1")
+async def test_a_session_counts_once_however_many_sockets_it_opens(branch):
+    visitor = await new_session()
+    # A reconnect that reaches the server before the old socket's goodbye, and a
+    # second tab of the same browser.
+    old, _ = await open_socket("tab-reconnect-1", visitor)
+    new, snapshot = await open_socket("tab-reconnect-1", visitor)
     assert snapshot["watching"] == 1
-    plain, snapshot = await open_socket()  # no tab: counted by connection
+    other_tab, snapshot = await open_socket("tab-other-0001", visitor)
+    assert snapshot["watching"] == 1
+    # Without a session: counted by address, however many sockets.
+    plain = [(await open_socket())[0] for _ in range(3)]
+    watcher, snapshot = await open_socket("tab-watcher-01")
     assert snapshot["watching"] == 2
-    for ws in (old, new, plain):
+    # A made-up session key is no session: still the address.
+    forged, snapshot = await open_socket(session="f" * 32)
+    assert snapshot["watching"] == 2
+    # The viewer stays while any of its sockets does.
+    for ws in (old, new, *plain, forged):
         await ws.disconnect()
+    assert await presence_count(1) == 2
+    await other_tab.disconnect()
+    await presence_reaches(watcher, 1)
+    await watcher.disconnect()
+    assert await presence_count(1) == 0
 
 
 async def test_a_bad_tab_gets_an_error_frame_and_is_counted_by_connection(branch):
@@ -116,22 +154,29 @@ async def test_members_older_than_the_ttl_are_not_counted(branch, redis_client):
     now_ms = seconds * 1000 + micros // 1000
     ttl_ms = ttl_s() * 1000
     # Written as a killed instance would leave them: one beat just inside the
-    # window, one just outside it.
+    # window, two just outside it (one of them a second socket of a living viewer).
     redis_client.zadd(
-        viewers_key(1),
-        {"conn:alive": now_ms - ttl_ms + 5_000, "conn:dead": now_ms - ttl_ms - 1},
+        sockets_key(1),
+        {
+            "addr:alive|s1": now_ms - ttl_ms + 5_000,
+            "addr:alive|s2": now_ms - ttl_ms - 1,
+            "addr:dead|s3": now_ms - ttl_ms - 1,
+        },
     )
+    redis_client.hset(viewers_key(1), mapping={"addr:alive": 2, "addr:dead": 1})
     assert await presence_count(1) == 1
-    assert redis_client.zrange(viewers_key(1), 0, -1) == [b"conn:alive"]
+    assert redis_client.zrange(sockets_key(1), 0, -1) == [b"addr:alive|s1"]
+    assert redis_client.hgetall(viewers_key(1)) == {b"addr:alive": b"1"}
 
 
 async def test_a_burst_of_joins_costs_about_one_broadcast_a_second(
     branch, redis_client
 ):
-    observer, _ = await open_socket("tab-observer-1")
+    observer, _ = await open_socket("tab-observer-1", await new_session())
+    sessions = [await new_session() for _ in range(60)]
     before = broadcasts(redis_client)
     started = time.monotonic()
-    crowd = [(await open_socket())[0] for _ in range(60)]
+    crowd = [(await open_socket(session=key))[0] for key in sessions]
     await presence_reaches(observer, 61)
     elapsed = time.monotonic() - started
     sent = broadcasts(redis_client) - before
@@ -174,7 +219,7 @@ async def test_a_beat_reports_unknown_while_redis_is_down_and_recovers_after(
     async def tell(watching: int | None) -> None:
         told.append(watching)
 
-    viewer = Viewer(branch_id=1, member="tab:beating-1", layer=layer, tell=tell)
+    viewer = Viewer(branch_id=1, member="addr:a|beating-1", layer=layer, tell=tell)
     assert await viewer.join() == 1
     joined = await asyncio.wait_for(layer.receive(inbox), 5)
     assert (joined["type"], joined["watching"]) == ("presence.update", 1)
@@ -185,7 +230,7 @@ async def test_a_beat_reports_unknown_while_redis_is_down_and_recovers_after(
     assert (told, viewer.watching) == ([None], None)
 
     settings.REDIS_URL = good_url
-    await presence_join(1, "tab:another-1")  # someone arrived during the outage
+    await presence_join(1, "addr:b|another-1")  # someone arrived during the outage
     await viewer.beat()  # the beat finds 2, not the None its socket was told
     event = await asyncio.wait_for(layer.receive(inbox), 5)
     assert (event["type"], event["watching"]) == ("presence.update", 2)

@@ -3,7 +3,9 @@
 Clients on both instances reach the same exact count, a disconnect lowers it, and
 the viewers of an instance killed with SIGKILL (no ``disconnect`` runs) drop out
 once their TTL passes. The TTL is shortened to a few seconds for these processes
-(``REALTIME_PRESENCE_TTL_S``). A browser tab shows the count and follows a second.
+(``REALTIME_PRESENCE_TTL_S``). Each client is a visitor with a session of its own,
+as a browser on the live page is. A browser tab shows the count and follows a
+second visitor; a second tab of the same browser is the same viewer.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import uuid
 
 import pytest
 import websockets
+from django.conf import settings
+from django.contrib.sessions.backends.db import SessionStore
 from websockets.typing import Origin
 
 from course.instruments.processes import kill_group
@@ -54,8 +58,19 @@ def servers(library):
             stop(process)
 
 
+def visitors(count: int) -> list[str]:
+    """Return the session cookies of ``count`` new visitors (stored sessions)."""
+    cookies = []
+    for _ in range(count):
+        session = SessionStore()
+        session["live_viewer"] = True
+        session.create()
+        cookies.append(f"{settings.SESSION_COOKIE_NAME}={session.session_key}")
+    return cookies
+
+
 class Watcher:
-    """A live shelf client with its own tab id; keeps the newest count it was told."""
+    """A visitor's live shelf tab; keeps the newest count it was told."""
 
     def __init__(self, socket: websockets.ClientConnection) -> None:
         self.socket = socket
@@ -64,10 +79,11 @@ class Watcher:
         self.reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def open(cls, port: int) -> Watcher:
+    async def open(cls, port: int, cookie: str) -> Watcher:
         socket = await websockets.connect(
             f"ws://127.0.0.1:{port}/ws/branches/1/stock/?tab={uuid.uuid4().hex}",
             origin=Origin(f"http://127.0.0.1:{port}"),
+            additional_headers={"Cookie": cookie},
         )
         return cls(socket)
 
@@ -97,10 +113,14 @@ async def all_reach(watchers: list[Watcher], watching: int) -> None:
 
 def test_clients_on_two_instances_see_the_exact_count_and_a_leave(servers, capsys):
     (_, port_a), (_, port_b) = servers
+    people = visitors(5)
 
     async def scenario() -> None:
-        watchers = [await Watcher.open(port) for port in (port_a, port_a, port_b)]
-        watchers += [await Watcher.open(port_b), await Watcher.open(port_b)]
+        ports = (port_a, port_a, port_b, port_b, port_b)
+        watchers = [
+            await Watcher.open(port, cookie)
+            for port, cookie in zip(ports, people, strict=True)
+        ]
         try:
             await all_reach(watchers, 5)
             leaving = watchers.pop(0)  # one on instance A closes its tab
@@ -115,10 +135,11 @@ def test_clients_on_two_instances_see_the_exact_count_and_a_leave(servers, capsy
 
 def test_viewers_of_a_killed_instance_expire_after_the_ttl(servers, capsys):
     (doomed, port_a), (_, port_b) = servers
+    people = visitors(3)
 
     async def scenario() -> float:
-        on_a = [await Watcher.open(port_a) for _ in range(2)]
-        on_b = [await Watcher.open(port_b)]
+        on_a = [await Watcher.open(port_a, cookie) for cookie in people[:2]]
+        on_b = [await Watcher.open(port_b, people[2])]
         try:
             await all_reach([*on_a, *on_b], 3)
             killed = time.monotonic()
@@ -142,14 +163,18 @@ def test_a_burst_on_two_instances_is_told_in_few_broadcasts(
 ):
     (_, port_a), (_, port_b) = servers
     crowd_size = 100
+    people = visitors(crowd_size + 1)
 
     async def scenario() -> tuple[int, float]:
-        observer = await Watcher.open(port_a)
+        observer = await Watcher.open(port_a, people[-1])
         await observer.until(1)
         before = int(redis_client.get(broadcasts_key(1)) or 0)
         started = time.monotonic()
         crowd = await asyncio.gather(
-            *(Watcher.open((port_a, port_b)[i % 2]) for i in range(crowd_size))
+            *(
+                Watcher.open((port_a, port_b)[i % 2], people[i])
+                for i in range(crowd_size)
+            )
         )
         try:
             await all_reach([observer, *crowd], crowd_size + 1)
@@ -175,10 +200,10 @@ def watching_text(page) -> str:
 
 @pytest.mark.browser
 @needs_chromium
-def test_the_page_shows_the_count_and_follows_a_second_tab(servers, browser):
+def test_the_page_shows_the_count_and_follows_a_second_visitor(servers, browser):
     (_, port_a), (_, port_b) = servers
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    first = context.new_page()
+    one_browser = browser.new_context(viewport={"width": 1280, "height": 800})
+    first = one_browser.new_page()
     first.goto(f"http://127.0.0.1:{port_a}/branches/1/live/")
     first.wait_for_function(
         "() => document.querySelector('[data-live-watching]')"
@@ -187,20 +212,29 @@ def test_the_page_shows_the_count_and_follows_a_second_tab(servers, browser):
     region = first.locator("[data-live-presence]")
     assert region.get_attribute("aria-live") == "polite"
     assert region.get_attribute("data-known") == "true"
+    # A second tab of the same browser (its session), on the other instance: the
+    # same viewer.
+    same = one_browser.new_page()
+    same.goto(f"http://127.0.0.1:{port_b}/branches/1/live/")
+    same.wait_for_function(
+        "() => document.querySelector('[data-live-watching]')"
+        ".textContent === '1 watching now'"
+    )
 
-    second = context.new_page()  # the second tab, served by the other instance
+    other_browser = browser.new_context(viewport={"width": 1280, "height": 800})
+    second = other_browser.new_page()  # someone else, served by the other instance
     second.goto(f"http://127.0.0.1:{port_b}/branches/1/live/")
-    for tab in (first, second):
+    for tab in (first, same, second):
         tab.wait_for_function(
             "() => document.querySelector('[data-live-watching]')"
             ".textContent === '2 watching now'",
             timeout=15_000,
         )
-    second.close()
+    other_browser.close()
     first.wait_for_function(
         "() => document.querySelector('[data-live-watching]')"
         ".textContent === '1 watching now'",
         timeout=15_000,
     )
     assert watching_text(first) == "1 watching now"
-    context.close()
+    one_browser.close()

@@ -12,6 +12,7 @@ from realtime.presence import (
     broadcast_delay_ms,
     heartbeat_interval_s,
     presence_member,
+    presence_viewer,
     tab_valid,
 )
 
@@ -68,9 +69,14 @@ def test_tabs_that_are_refused(tab):
     assert not tab_valid(tab)
 
 
-def test_a_tab_and_a_connection_never_share_a_member():
-    assert presence_member("abcdefgh", "x") == "tab:abcdefgh"
-    assert presence_member(None, "abcdefgh") == "conn:abcdefgh"
+def test_a_socket_is_counted_as_its_session_else_its_address():
+    assert presence_viewer("0a1b", "192.0.2.1") == "session:0a1b"
+    assert presence_viewer(None, "192.0.2.1") == "addr:192.0.2.1"
+    assert (
+        presence_member("session:0a1b", "specific.x!y") == "session:0a1b|specific.x!y"
+    )
+    # The viewer is what precedes the last '|', so a socket name cannot move it.
+    assert presence_member("addr:::1", "a|b") == "addr:::1|a_b"
 
 
 async def _silent(watching: int | None) -> None:

@@ -32,8 +32,13 @@ def job(redis_client) -> JobStatus:
     return jobstatus_create(kind="lab", name="limits-test", params={})
 
 
-def _get(path: str, query: str = "") -> ApplicationCommunicator:
-    return ApplicationCommunicator(application, http_scope(path, query))
+def _get(
+    path: str, query: str = "", *, client: str = "127.0.0.1", session: str = ""
+) -> ApplicationCommunicator:
+    cookie = [(b"cookie", f"sessionid={session}".encode())] if session else []
+    scope = http_scope(path, query, headers=cookie)
+    scope["client"] = (client, 50000)
+    return ApplicationCommunicator(application, scope)
 
 
 async def _start(app: ApplicationCommunicator) -> dict[str, object]:
@@ -74,6 +79,46 @@ async def test_streams_past_the_maximum_get_503_and_places_come_back(job, caplog
     again = _get(events, "lastEventId=1")
     assert (await _start(again))["status"] == 200
     for app in (second, again):
+        await app.send_input({"type": "http.disconnect"})
+    await await_until(lambda: streams_open() == 0, "every place back")
+
+
+@override_settings(REALTIME_STREAMS_PER_CLIENT=3, REALTIME_STREAMS_PER_SESSION=2)
+async def test_one_client_gets_429_past_its_share_of_the_process(job, caplog):
+    events = f"/realtime/jobs/{job.pk}/events"
+    held = [_get(events, "lastEventId=1", session="alice") for _ in range(2)]
+    for app in held:
+        assert (await _start(app))["status"] == 200
+    # Alice's session has its two; her third is refused, whatever the route.
+    refused = await _start(_get(events, "lastEventId=1", session="alice"))
+    assert refused["status"] == 429
+    assert _headers(refused)[b"retry-after"] == b"5"
+    poll = _get(f"/realtime/jobs/{job.pk}/wait", "version=1", session="alice")
+    assert (await _start(poll))["status"] == 429
+    # Another session at the same address takes the address's last place ...
+    held.append(_get("/realtime/branches/1/events", session="bob"))
+    assert (await _start(held[-1]))["status"] == 200
+    # ... after which that address gets nothing more, with or without a session.
+    for session in ("carol", ""):
+        answer = await _start(_get(events, "lastEventId=1", session=session))
+        assert answer["status"] == 429
+    # Another address is not held back by this one.
+    elsewhere = _get(events, "lastEventId=1", client="192.0.2.7")
+    assert (await _start(elsewhere))["status"] == 200
+    assert streams_open() == 4  # refusals take no place
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [
+        "refusing streams of session 2bd806c9: REALTIME_STREAMS_PER_SESSION "
+        "reached (2)",
+        "refusing streams of address 127.0.0.1: REALTIME_STREAMS_PER_CLIENT "
+        "reached (3)",
+    ]
+
+    await held[0].send_input({"type": "http.disconnect"})
+    await await_until(lambda: streams_open() == 3, "alice's first place back")
+    again = _get(events, "lastEventId=1", session="alice")
+    assert (await _start(again))["status"] == 200
+    for app in (*held[1:], elsewhere, again):
         await app.send_input({"type": "http.disconnect"})
     await await_until(lambda: streams_open() == 0, "every place back")
 

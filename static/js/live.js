@@ -1,5 +1,7 @@
 // Live shelf page: one WebSocket per tab, a versioned snapshot, updates applied in
 // version order. Any gap (a dropped broadcast, a reconnect) triggers a new snapshot.
+// While the server's Redis is away the socket stays open and says "paused": the
+// counts shown may be stale until "resumed" and the fresh snapshot that follows it.
 (function () {
   "use strict";
   const root = document.querySelector("[data-live]");
@@ -141,6 +143,8 @@
       if (msg.type === "snapshot") applySnapshot(msg);
       else if (msg.type === "update") applyUpdate(msg);
       else if (msg.type === "presence") setWatching(msg.watching);
+      else if (msg.type === "paused") setStatus("paused", "live updates paused");
+      else if (msg.type === "resumed") setStatus("open", "live");
       else if (msg.type === "error") showError(msg.error);
       else if (msg.type === "corrected") showError("");
     });
@@ -148,6 +152,14 @@
       setStatus("closed", "reconnecting…");
       setWatching(null); // no longer told of changes: the last number may be wrong
       if (event.code === 4404) { showError("This branch does not exist."); return; }
+      if (event.code === 4429) {
+        // Past this browser's (or address's) share of live pages: trying again at
+        // once would be refused again. A minute, jittered, lets other tabs close.
+        showError("Too many live pages are open from this browser or address; " +
+                  "close one and this page will try again.");
+        setTimeout(connect, 30000 + Math.random() * 30000);
+        return;
+      }
       // Capped exponential backoff with full jitter, so a server restart does not
       // bring every tab back in the same instant.
       const ceiling = Math.min(10000, 250 * 2 ** retries);

@@ -2,9 +2,12 @@
  *
  * The data come from <script type="application/json" id="operations-data"> (Django's
  * json_script): {window, time_zone, charts: [{id, kind, title, unit, step_minutes,
- * x: [epoch s], lines: [{label, values: [number|null], latest}]}]}. Each chart goes
- * into its <div class="plot" data-chart="id">, as wide as that box, and follows its
- * width when the window or the phone turns. A null is a gap, never a zero.
+ * x: [epoch s], x_end, draw, lines: [{label, values: [number|null], latest}]}]}.
+ * Each chart goes into its <div class="plot" data-chart="id">, as wide as that box,
+ * and follows its width when the window or the phone turns. A null is a gap, never
+ * a zero. A "steps" chart holds counts of buckets: each value is drawn flat over its
+ * own bucket, from its x to the next (the last one to x_end), never as a slope
+ * from the bucket before; "line" charts are sampled levels.
  */
 (function () {
   "use strict";
@@ -40,6 +43,7 @@
     const axisColour = cssVar("--body-quiet-color", "#666");
     const gridColour = cssVar("--hairline-color", "#e5e5e5");
     const few = chart.x.length <= 30;
+    const stepped = chart.draw === "steps";
     return {
       width: width,
       height: HEIGHT,
@@ -65,14 +69,28 @@
           stroke: PALETTE[index % PALETTE.length],
           width: 2,
           spanGaps: false,
-          points: { show: few || hasIsolated(line.values), size: 6 },
+          ...(stepped
+            ? { paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }
+            : { points: { show: few || hasIsolated(line.values), size: 6 } }),
         })),
       ],
     };
   }
 
+  // A step chart gets one more x, the end of the last bucket, where each line
+  // repeats its last value: the step of the last bucket then has its width.
+  function plotData(chart) {
+    if (chart.draw !== "steps" || !chart.x.length) {
+      return [chart.x, ...chart.lines.map((line) => line.values)];
+    }
+    return [
+      [...chart.x, chart.x_end],
+      ...chart.lines.map((line) => [...line.values, line.values[line.values.length - 1]]),
+    ];
+  }
+
   function draw(chart, holder, timeZone) {
-    const data = [chart.x, ...chart.lines.map((line) => line.values)];
+    const data = plotData(chart);
     const plot = new uPlot(options(chart, holder.clientWidth || 300, timeZone), data, holder);
     holder.dataset.drawn = "true";
     if ("ResizeObserver" in window) {

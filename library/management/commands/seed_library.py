@@ -1,13 +1,24 @@
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection
 
+from library.demo_credentials import (
+    FILE_NAME,
+    credentials_recall,
+    credentials_remember,
+    database_label,
+)
 from library.seed import READER_USERNAME, STAFF_USERNAME, seed_library
+
+
+def _staff_password_works(password: str) -> bool:
+    staff = get_user_model().objects.filter(username=STAFF_USERNAME).first()
+    return staff is not None and staff.check_password(password)
 
 
 class Command(BaseCommand):
@@ -30,12 +41,14 @@ class Command(BaseCommand):
         if not settings.DEBUG:
             self.stdout.write("demo password not shown: DEBUG is off")
             return
-        credentials = settings.VAR_DIR / "demo-credentials.json"
+        # One file for every database seeded under this var/ (make run, make
+        # cluster): each database's password is kept apart (library.demo_credentials).
+        credentials = settings.VAR_DIR / FILE_NAME
+        database = database_label(connection.settings_dict)
         if result.staff_password:
-            credentials.write_text(json.dumps({"password": result.staff_password}))
-            os.chmod(credentials, 0o600)
-        if credentials.exists():
-            password = json.loads(credentials.read_text())["password"]
+            credentials_remember(credentials, database, result.staff_password)
+        password = credentials_recall(credentials, database, _staff_password_works)
+        if password is not None:
             self.stdout.write(
                 f"staff login: {STAFF_USERNAME} / {password}   "
                 f"member login: {READER_USERNAME} / {password}"
