@@ -425,8 +425,18 @@ def test_rewind_action_opens_the_confirmation_page(operator_client, consumer):
     assert StreamConsumer.objects.get(name=CONSUMER).rewound_at is None
 
 
-def test_rewind_to_an_offset_with_rebuild(operator, operator_client, consumer):
+def test_a_rebuild_from_the_middle_of_the_log_is_refused(operator_client, consumer):
     target = consumer.offset - 2
+    response = operator_client.post(rewind_url(), {"offset": target, "rebuild": "on"})
+    assert response.status_code == 200  # the form again, with the reason
+    assert "a rebuild replays the whole kept log: rewind to 0" in text_of(response)
+    consumer.refresh_from_db()
+    assert consumer.offset == target + 2
+    assert StockProjection.objects.exists()
+
+
+def test_rewind_to_the_start_with_rebuild(operator, operator_client, consumer):
+    target = 0
     response = operator_client.post(
         rewind_url(), {"offset": target, "rebuild": "on"}, follow=True
     )
