@@ -13,6 +13,7 @@ from course.labs.harness.base import Tables
 from course.labs.registry import lab_get
 from course.tests import reference_shedding as ref
 from course.tests.lab_results import (
+    DETERMINISTIC,
     assert_charts_name_numeric_columns,
     assert_refused,
     columns,
@@ -26,7 +27,8 @@ from course.tests.lab_results import (
 def test_backpressure_defaults_reproduce_the_course():
     result = run("backpressure")
     assert result["params"] == {
-        "window_ms": 10000, "produce_per_s": 100, "consume_per_s": 60, "capacity": 100
+        "window_ms": 10000, "produce_per_s": 100, "consume_per_s": 60, "capacity": 100,
+        **DETERMINISTIC,
     }  # fmt: skip
     assert columns(result, "policies") == [
         "policy", "produced", "delivered", "dropped", "remaining", "peak",

@@ -8,16 +8,32 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course.labs.harness.queueing import WARMUP_SHARE
 from course.labs.registry import lab_get
+from course.labs.worker_processes.live import (
+    LIVE_JOBS,
+    LIVE_LOADS,
+    LIVE_MEAN_MS,
+    LIVE_VARIABILITY_WORKERS,
+)
 from course.labs.worker_processes.model import pool_slices
-from course.tests.lab_results import assert_refused, columns, lab_json, records, run
+from course.tests.lab_results import (
+    DETERMINISTIC,
+    assert_refused,
+    columns,
+    lab_json,
+    records,
+    run,
+)
 
 SLUG = "worker-processes"
 
 
 def test_defaults_reproduce_the_course():
     result = run(SLUG)
-    assert result["params"] == {"jobs": 12, "job_ms": 100, "workers": [1, 2, 4]}
+    assert result["params"] == {
+        "jobs": 12, "job_ms": 100, "workers": [1, 2, 4], **DETERMINISTIC
+    }  # fmt: skip
     assert columns(result, "pool") == ["workers", "jobs", "slices"]
     assert records(result, "pool") == [
         {"workers": 1, "jobs": 12, "slices": 12},
@@ -75,3 +91,17 @@ def test_live_pool_and_supervision_on_real_workers(redis_client):
     assert pool[4][3] * 2 <= pool[1][3]
     assert pool[4][4] == 4  # every worker process took jobs (pull-based)
     assert tables["live_supervision"]["rows"] == [["1, 2, 4, 5", "3", 2, 2]]
+    # A random stream on two real workers at three loads: every job's wait measured
+    # (the warm-up's excepted), and nothing here depends on how fast the machine is.
+    live = tables["live_variability"]
+    found = [dict(zip(live["columns"], row, strict=True)) for row in live["rows"]]
+    assert [r["utilisation_pct"] for r in found] == list(LIVE_LOADS)
+    for row in found:
+        assert row["workers"] == LIVE_VARIABILITY_WORKERS
+        assert row["jobs"] == LIVE_JOBS - math.ceil(LIVE_JOBS * WARMUP_SHARE)
+        # A job holds its worker at least as long as it sleeps.
+        assert float(str(row["service_ms"])) >= LIVE_MEAN_MS
+        p50, p99 = float(str(row["p50_wait_ms"])), float(str(row["p99_wait_ms"]))
+        assert 0 <= p50 <= p99
+        assert float(str(row["measured_l"])) >= 0
+        assert float(str(row["erlang_c_wait_ms"])) > 0

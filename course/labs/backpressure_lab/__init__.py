@@ -26,12 +26,27 @@ window: delivered = jobs started, remaining = jobs still waiting, dropped = refu
 plus displaced, peak and the longest enqueue → start wait from the bound's own
 counters in Redis, with the mean wait (``average_wait_ms``); producer_wait_ms is the
 time the producer was held.
+
+Model part, with the randomness put back (``variability``): jobs arrive evenly
+(``fixed``, the course's setting) or at random (``poisson``) at ``utilisations`` percent
+of ``consume_per_s``, and job lengths spread with ``service_cv``. A seeded simulation of
+``variability_jobs`` jobs per load (course.labs.harness.queueing) gives the unbounded
+queue's wait before the consumer starts each job (ms), its average length (L) beside
+arrival rate times mean wait (lambda W), Kingman's approximation and the M/M/1 wait;
+then the same jobs meet a queue of ``capacity`` places with tail drop: the share it
+refuses and the p99 wait of the rest. From 100 % on, the unbounded queue has no steady
+state and its cells stay empty; the bounded one stays stable by refusing.
+
+The live part does not repeat the variability run: its four ten-second windows
+already take most of a minute, and a random stream long enough for a p99 would
+double that.
 """
 
 from __future__ import annotations
 
 from course.labs.backpressure_lab import live, model
 from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.queueing import variability_params, variability_problem
 
 __all__ = ["LAB"]
 
@@ -74,6 +89,7 @@ LAB = Lab(
             minimum=1,
             maximum=100_000,
         ),
+        *variability_params(max_utilisation=200),
     ),
     model=model.model,
     live=live.live,
@@ -92,9 +108,19 @@ LAB = Lab(
             title="Longest job wait and producer wait",
             unit="ms",
         ),
+        Chart(
+            table="variability",
+            label="utilisation_pct",
+            values=("p50_wait_ms", "p99_wait_ms"),
+            title="Wait in an unbounded queue, random arrivals, by load (%)",
+            unit="ms",
+        ),
     ),
+    combination_check=variability_problem,
     notes=(
         "The live part produces into a real bounded queue (jobs.backpressure) in "
-        "front of two real rq worker processes, one window per policy."
+        "front of two real rq worker processes, one window per policy. The "
+        "variability table is model only: a random stream long enough for a p99 "
+        "would double a live run that already takes most of a minute."
     ),
 )

@@ -9,8 +9,16 @@ from course.labs.harness.base import (
     Params,
     Progress,
     Tables,
+    int_list_param,
     int_param,
     table,
+)
+from course.labs.harness.queueing import (
+    MILLISECONDS,
+    UNSTABLE,
+    bounded_columns,
+    bounded_rows,
+    scenario_of,
 )
 from jobs.backpressure import Policy
 
@@ -41,6 +49,32 @@ LIVE_POLICY: dict[str, Policy] = {
     "block": "block",
 }
 UNBOUNDED = 10**9
+VARIABILITY_COLUMNS = bounded_columns(
+    MILLISECONDS, drop="tail_drop_pct", wait="tail_drop_p99_wait_ms"
+)
+UNSTABLE_UNBOUNDED = (
+    "the unbounded queue is " + UNSTABLE + "; the bounded one stays stable by "
+    "refusing what does not fit"
+)
+STOPPED = "the consumer is stopped: nothing is served at any load"
+
+
+def variability(params: Params) -> list[list[Cell]]:
+    """The variability rows: one consumer at ``consume_per_s``, times in ms."""
+    loads = int_list_param(params, "utilisations")
+    consume = int_param(params, "consume_per_s")
+    if consume == 0:
+        # No service rate: a load is a share of nothing; the table says so.
+        empty: list[Cell] = [None] * (len(VARIABILITY_COLUMNS) - 2)
+        return [[pct, *empty, STOPPED] for pct in loads]
+    scenario = scenario_of(params, servers=1, mean_service=1000 / consume)
+    return bounded_rows(
+        scenario,
+        loads,
+        MILLISECONDS,
+        capacity=int_param(params, "capacity"),
+        unstable_note=UNSTABLE_UNBOUNDED,
+    )
 
 
 def simulate(
@@ -119,7 +153,9 @@ def model(params: Params, progress: Progress) -> Tables:
                 capacity=capacity,
             )
         )
-    progress(0.8, "stream write() and drain")
+    progress(0.6, "variability: random arrivals and job lengths")
+    variability_rows = variability(params)
+    progress(0.9, "stream write() and drain")
     signal_rows: list[list[Cell]] = []
     for mode in ("listening", "ignoring"):
         full, peak = writable(listening=mode == "listening")
@@ -129,4 +165,5 @@ def model(params: Params, progress: Progress) -> Tables:
         "producer_signal": table(
             ["mode", "full_signals", "buffer_peak_bytes"], signal_rows
         ),
+        "variability": table(VARIABILITY_COLUMNS, variability_rows),
     }

@@ -11,14 +11,29 @@ from course.labs.harness.base import (
     Params,
     Progress,
     Tables,
+    int_list_param,
     int_param,
     table,
+)
+from course.labs.harness.queueing import (
+    MILLISECONDS,
+    UNSTABLE,
+    bounded_columns,
+    bounded_rows,
+    scenario_of,
 )
 
 MODES: Final = ("unbounded", "controlled")
 COLUMNS: Final = ["mode", "status", "latency_slices", "count"]
 # The queue budget of the lab's servers: long enough that nothing expires.
 LAB_BUDGET_MS: Final = 600_000
+VARIABILITY_COLUMNS: Final = bounded_columns(
+    MILLISECONDS, drop="shed_pct", wait="controlled_p99_wait_ms"
+)
+UNSTABLE_UNBOUNDED: Final = (
+    "the unbounded server is " + UNSTABLE + "; the controlled one stays stable "
+    "by shedding"
+)
 
 
 def serve(
@@ -57,6 +72,22 @@ def summarize(mode: str, answers: Sequence[tuple[int, float]]) -> list[list[Cell
     return rows
 
 
+def variability(params: Params) -> list[list[Cell]]:
+    """The variability rows: ``max_concurrent`` places, jobs of ``job_ms``."""
+    scenario = scenario_of(
+        params,
+        servers=int_param(params, "max_concurrent"),
+        mean_service=float(int_param(params, "job_ms")),
+    )
+    return bounded_rows(
+        scenario,
+        int_list_param(params, "utilisations"),
+        MILLISECONDS,
+        capacity=int_param(params, "max_queue"),
+        unstable_note=UNSTABLE_UNBOUNDED,
+    )
+
+
 def model(params: Params, progress: Progress) -> Tables:
     requests = int_param(params, "requests")
     concurrent = int_param(params, "max_concurrent")
@@ -69,4 +100,8 @@ def model(params: Params, progress: Progress) -> Tables:
             requests, max_concurrent=concurrent, max_queue=limit, job_ms=job_ms
         )
         rows += summarize(mode, [(status, float(ms)) for status, ms in answers])
-    return {"latency": table(COLUMNS, rows)}
+    progress(0.8, "variability: random arrivals and job lengths")
+    return {
+        "latency": table(COLUMNS, rows),
+        "variability": table(VARIABILITY_COLUMNS, variability(params)),
+    }

@@ -16,6 +16,12 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
+from course.labs.harness.queueing import (
+    SERVICE_TIMES,
+    scenario_of,
+    variability_columns,
+    variability_rows,
+)
 
 COMPETING_MESSAGES = 12
 COMPETING_CONSUMERS = ("consumer-1", "consumer-2", "consumer-3")
@@ -180,6 +186,12 @@ def model(params: Params, progress: Progress) -> Tables:
             visibility=visibility,
         )
         depth_rows.append([consumers, " ".join(str(d) for d in series)])
+    progress(0.95, "variability: random arrivals and job lengths")
+    # Times in mean job lengths: the result does not depend on consumption_rate.
+    scenario = scenario_of(
+        params, servers=int_param(params, "variability_consumers"), mean_service=1.0
+    )
+    loads = int_list_param(params, "utilisations")
     return {
         "unacknowledged": table(
             ["t", "consumer", "message", "delivered", "status"], rows
@@ -201,5 +213,9 @@ def model(params: Params, progress: Progress) -> Tables:
                 ],
                 ["competing", COMPETING_MESSAGES, distinct, total, remaining],
             ],
+        ),
+        "variability": table(
+            variability_columns(SERVICE_TIMES),
+            variability_rows(scenario, loads, SERVICE_TIMES),
         ),
     }

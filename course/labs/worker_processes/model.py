@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING
 
 from course.labs.harness.base import (
     Cell,
@@ -15,10 +14,12 @@ from course.labs.harness.base import (
     int_param,
     table,
 )
-
-if TYPE_CHECKING:
-    pass
-
+from course.labs.harness.queueing import (
+    MILLISECONDS,
+    scenario_of,
+    variability_columns,
+    variability_row,
+)
 
 # The lesson's supervision run: five jobs, the third crashes whoever runs it.
 SUPERVISED_JOBS = (1, 2, 3, 4, 5)
@@ -68,19 +69,43 @@ def listing(ids: list[int]) -> str:
     return ", ".join(str(i) for i in ids) or "-"
 
 
+def load_label(workers: int, utilisation_pct: int) -> str:
+    """Name a variability row: pool size and load ("4 at 90%")."""
+    return f"{workers} at {utilisation_pct}%"
+
+
+def variability(params: Params, progress: Progress) -> list[list[Cell]]:
+    """One row per pool size and load: the same job stream, scaled to each."""
+    rows: list[list[Cell]] = []
+    pools = int_list_param(params, "workers")
+    loads = int_list_param(params, "utilisations")
+    mean_ms = float(int_param(params, "job_ms"))
+    for index, workers in enumerate(pools):
+        progress(0.6 + 0.4 * index / len(pools), f"variability: {workers} workers")
+        scenario = scenario_of(params, servers=workers, mean_service=mean_ms)
+        for pct in loads:
+            row = variability_row(scenario, pct, MILLISECONDS, scenario.run(pct))
+            rows.append([load_label(workers, pct), workers, *row])
+    return rows
+
+
 def model(params: Params, progress: Progress) -> Tables:
     jobs = int_param(params, "jobs")
     job_ms = int_param(params, "job_ms")
     pool_rows: list[list[Cell]] = []
     for workers in int_list_param(params, "workers"):
         pool_rows.append([workers, jobs, pool_slices(jobs, workers, job_ms)])
-    progress(0.5, "pool")
+    progress(0.3, "pool")
     completed, dead, spawned, attempts = supervise()
-    progress(1.0, "supervision")
+    progress(0.6, "supervision")
     return {
         "pool": table(["workers", "jobs", "slices"], pool_rows),
         "supervision": table(
             ["completed", "dead_letter", "workers_spawned", "crashing_job_attempts"],
             [[listing(completed), listing(dead), spawned, attempts]],
+        ),
+        "variability": table(
+            ["load", "workers", *variability_columns(MILLISECONDS)],
+            variability(params, progress),
         ),
     }
