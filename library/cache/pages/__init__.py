@@ -18,8 +18,8 @@ Only what a shared cache may hold goes in, and only for visitors who share it:
   canonical form: ``/books/007/`` is ``/books/7/``) are the criteria; any other
   parameter is left out of the key, and a request carrying one, or spelling the path
   or a parameter another way, may be served the page but never stores its own
-  rendering, which echoes the full path (the sign-in link). What retires the page is either
-  in the key (a book page names the book's version) or stamped in the entry: a
+  rendering, which echoes the full path (the sign-in link). What retires the page is
+  either in the key (a book page names the book's version) or stamped in the entry: a
   catalogue page records the branch's list or search generation it was rendered
   under, and the lookup reads the page and the current generation in one MGET, so
   a hit costs one Redis round trip and a bumped generation turns it into a miss;
