@@ -22,6 +22,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.urls.resolvers import RegexPattern, RoutePattern
+from django.utils import timezone
 
 from course.models import LabRun
 from jobs.models import JobStatus
@@ -29,6 +30,7 @@ from jobs.scheduler import periodic_tasks
 from jobs.services import jobstatus_create
 from library.models import Book, Branch, Loan, Member
 from library.services import loan_issue
+from messaging.models import DeadLetter, Delivery, OutboxMessage
 from messaging.registry import STREAM_CONSUMERS
 
 PASSWORD = "correct-horse-battery"
@@ -48,6 +50,7 @@ class SmallLibrary:
     reader: User  # the member's own account: no right at all
     report: JobStatus  # a monthly report started by staff
     lab: JobStatus  # a lab run of the reader's
+    dead_letter: DeadLetter  # the loan's notification, dead after its attempts
 
 
 def small_library() -> SmallLibrary:
@@ -72,7 +75,32 @@ def small_library() -> SmallLibrary:
     )
     lab = jobstatus_create(kind="lab", name=LESSON, params={}, user=reader)
     LabRun.objects.create(job=lab, slug=LESSON, visitor=f"user:{reader.pk}")
-    return SmallLibrary(branch, book, member, loan, staff, reader, report, lab)
+    return SmallLibrary(
+        branch, book, member, loan, staff, reader, report, lab, _dead_letter()
+    )
+
+
+def _dead_letter() -> DeadLetter:
+    message = OutboxMessage.objects.order_by("id").first()
+    assert message is not None, "issuing the loan wrote its outbox message"
+    now = timezone.now()
+    delivery = Delivery.objects.create(
+        message=message,
+        subscription="notification",
+        status=Delivery.Status.DEAD,
+        attempts=5,
+        available_at=now,
+    )
+    return DeadLetter.objects.create(
+        delivery=delivery,
+        subscription=delivery.subscription,
+        message_type=message.type,
+        body=message.body,
+        attempts=5,
+        last_error="RuntimeError: the walk's own dead letter",
+        first_failed_at=now,
+        last_failed_at=now,
+    )
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,8 @@ class ReportStartForm(forms.Form):
             return report.ALL_MONTHS
         try:
             datetime.date.fromisoformat(f"{month}-01")
-        except ValueError:
+            report.month_bounds(month)  # its end must be a date too (not 9999-12)
+        except (ValueError, report.ReportError):
             raise forms.ValidationError("Give a month like 2025-03.") from None
         return month
 

@@ -398,3 +398,14 @@ def test_status_payload_carries_counts_and_resumability(loans):
     assert payload["cancel_reason"] == report.REASON_USER
     assert payload["resumable"] is True
     assert payload["finished"] is True
+
+
+def test_month_bounds_end_where_a_date_can():
+    assert report.month_bounds("2025-12") == (
+        datetime.date(2025, 12, 1),
+        datetime.date(2026, 1, 1),
+    )
+    assert report.month_bounds("9999-11")[1] == datetime.date(9999, 12, 1)
+    for month in ("9999-12", "0-01", "2025-13", "2025", "x-y", "9" * 30 + "-01"):
+        with pytest.raises(report.ReportError):
+            report.month_bounds(month)
