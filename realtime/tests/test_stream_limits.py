@@ -11,7 +11,8 @@ import resource
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
-from django.test import override_settings
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
 
 # Imported here, not in a test: loading it sets Django up again, and that resets the
 # logging configuration, dropping the handler pytest's caplog puts on the root.
@@ -29,11 +30,23 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def job(redis_client) -> JobStatus:
     Branch.objects.create(id=1, name="Central", city="Ankara")
-    return jobstatus_create(kind="lab", name="limits-test", params={})
+    starter = get_user_model().objects.create_user("starter")
+    return jobstatus_create(kind="lab", name="limits-test", params={}, user=starter)
 
 
-def _get(path: str, query: str = "") -> ApplicationCommunicator:
-    return ApplicationCommunicator(application, http_scope(path, query))
+@pytest.fixture
+def cookie(job: JobStatus) -> tuple[bytes, bytes]:
+    """The session cookie of the job's starter: only they may read its status."""
+    client = Client()
+    assert job.created_by is not None
+    client.force_login(job.created_by)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+
+
+def _get(path: str, query: str, cookie: tuple[bytes, bytes]) -> ApplicationCommunicator:
+    return ApplicationCommunicator(
+        application, http_scope(path, query, headers=[cookie])
+    )
 
 
 async def _start(app: ApplicationCommunicator) -> dict[str, object]:
@@ -48,18 +61,21 @@ def _headers(start: dict[str, object]) -> dict[bytes, bytes]:
 
 
 @override_settings(REALTIME_MAX_STREAMS=2)
-async def test_streams_past_the_maximum_get_503_and_places_come_back(job, caplog):
+async def test_streams_past_the_maximum_get_503_and_places_come_back(
+    job, cookie, caplog
+):
     assert streams_open() == 0
     events = f"/realtime/jobs/{job.pk}/events"
-    first, second = _get(events, "lastEventId=1"), _get("/realtime/branches/1/events")
+    first = _get(events, "lastEventId=1", cookie)
+    second = _get("/realtime/branches/1/events", "", cookie)
     assert (await _start(first))["status"] == 200
     assert (await _start(second))["status"] == 200
     assert streams_open() == 2
 
-    refused = await _start(third := _get(events, "lastEventId=1"))
+    refused = await _start(third := _get(events, "lastEventId=1", cookie))
     assert refused["status"] == 503
     assert _headers(refused)[b"retry-after"] == b"5"
-    poll = await _start(_get(f"/realtime/jobs/{job.pk}/wait", "version=1"))
+    poll = await _start(_get(f"/realtime/jobs/{job.pk}/wait", "version=1", cookie))
     assert poll["status"] == 503
     await third.wait(timeout=5)
     assert streams_open() == 2  # a refusal takes no place
@@ -71,7 +87,7 @@ async def test_streams_past_the_maximum_get_503_and_places_come_back(job, caplog
 
     await first.send_input({"type": "http.disconnect"})
     await await_until(lambda: streams_open() == 1, "the left stream's place")
-    again = _get(events, "lastEventId=1")
+    again = _get(events, "lastEventId=1", cookie)
     assert (await _start(again))["status"] == 200
     for app in (second, again):
         await app.send_input({"type": "http.disconnect"})
@@ -79,11 +95,12 @@ async def test_streams_past_the_maximum_get_503_and_places_come_back(job, caplog
 
 
 @override_settings(REALTIME_MAX_STREAMS=1)
-async def test_a_long_poll_holds_a_place_until_it_answers(job):
-    poll = _get(f"/realtime/jobs/{job.pk}/wait", "version=1&timeout_ms=300")
+async def test_a_long_poll_holds_a_place_until_it_answers(job, cookie):
+    poll = _get(f"/realtime/jobs/{job.pk}/wait", "version=1&timeout_ms=300", cookie)
     await poll.send_input({"type": "http.request", "body": b"", "more_body": False})
     await await_until(lambda: streams_open() == 1, "the long poll's place")
-    refused = await _start(_get(f"/realtime/jobs/{job.pk}/events", "lastEventId=1"))
+    events = f"/realtime/jobs/{job.pk}/events"
+    refused = await _start(_get(events, "lastEventId=1", cookie))
     assert refused["status"] == 503
     assert (await poll.receive_output(10))["status"] == 204
     await await_until(lambda: streams_open() == 0, "the answered poll's place")
