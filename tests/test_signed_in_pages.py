@@ -18,7 +18,9 @@ from django.http.response import HttpResponseBase
 from library.middleware import SIGNED_IN, private_directives
 from tests.site_walk import SmallLibrary, routes, signed_in, small_library
 
-pytestmark = pytest.mark.django_db
+# Transactional: on PostgreSQL a request whose query fails (a third-party admin
+# page) would otherwise abort the test's transaction under every later request.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 # Queries that take a route past its "missing parameter" answer to the page itself.
 QUERIES = {
