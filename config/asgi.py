@@ -1,7 +1,7 @@
 """ASGI entry point: HTTP through load shedding to Django, WebSocket to Channels.
 
-WebSocket connections pass the allowed-hosts origin check and session authentication
-before any consumer sees them.
+WebSocket connections pass the same-origin check (``realtime.origin``: scheme, host
+and port) and session authentication before any consumer sees them.
 """
 
 import gc
@@ -15,7 +15,6 @@ django_asgi_app = get_asgi_application()
 # Imported after Django is set up: routing pulls in consumers that touch models.
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from course.instruments.routes import LabRoutes  # noqa: E402
@@ -24,6 +23,7 @@ from jobs.telemetry import SeriesShedRecorder  # noqa: E402
 from library.cache.pages import PageTierASGI  # noqa: E402
 from realtime.front import StreamFront  # noqa: E402
 from realtime.limits import descriptor_report  # noqa: E402
+from realtime.origin import SameOriginValidator  # noqa: E402
 from realtime.routing import websocket_urlpatterns  # noqa: E402
 
 # Said once when a server loads the application: an open-files limit too low for
@@ -62,7 +62,7 @@ application = ProtocolTypeRouter(
         # pages are then answered without entering Django, and event streams and
         # long polls are served on the event loop, a coroutine each, no thread.
         "http": http_stack(StreamFront(PageTierASGI(django_asgi_app))),
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": SameOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
     }

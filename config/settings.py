@@ -81,6 +81,9 @@ MIDDLEWARE = [
     # leaves to the stack what must come first (SSL redirect, Host check).
     "library.cache.pages.PageCacheMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # A NUL byte in the path, query or form: 400 before any view or the admin
+    # sees it (PostgreSQL refuses it in a lookup with a DataError).
+    "library.middleware.RefuseNulMiddleware",
     # WhiteNoise, able to stay in an async chain (config/static.py).
     "config.static.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

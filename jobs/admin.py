@@ -17,6 +17,7 @@ from django.utils.html import format_html
 import jobs.admin_rq
 import jobs.admin_scheduler  # noqa: F401  (registers the scheduled tasks' admin)
 from jobs.models import JobStatus
+from jobs.permissions import RUN_REPORT, user_may
 from jobs.resumable import JobRefused, jobstatus_resume
 from jobs.services import REASON_OPERATOR, CancelOutcome, jobstatus_cancel_request
 
@@ -66,7 +67,15 @@ class JobStatusAdmin(admin.ModelAdmin[JobStatus]):
     def started_by(self, obj: JobStatus) -> str:
         return obj.created_by.get_username() if obj.created_by else "scheduler"
 
-    @admin.action(description="Cancel selected jobs (they stop at their next chunk)")
+    def has_run_report_permission(self, request: HttpRequest) -> bool:
+        # Cancel and resume are the report page's buttons: the same right, not the
+        # view permission that opens this list.
+        return user_may(request.user, RUN_REPORT)
+
+    @admin.action(
+        description="Cancel selected jobs (they stop at their next chunk)",
+        permissions=["run_report"],
+    )
     def cancel_selected(
         self, request: HttpRequest, queryset: QuerySet[JobStatus]
     ) -> None:
@@ -87,7 +96,10 @@ class JobStatusAdmin(admin.ModelAdmin[JobStatus]):
             messages.SUCCESS if stopped or asked else messages.WARNING,
         )
 
-    @admin.action(description="Resume selected reports from their checkpoint")
+    @admin.action(
+        description="Resume selected reports from their checkpoint",
+        permissions=["run_report"],
+    )
     def resume_selected(
         self, request: HttpRequest, queryset: QuerySet[JobStatus]
     ) -> None:

@@ -15,11 +15,12 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver
 from django_rq import settings as rq_settings
 from django_rq.admin import QueueAdmin
 from django_rq.models import Dashboard
+from rq.exceptions import NoSuchJobError
 
 from jobs.permissions import RQ_DASHBOARD, user_may
 
@@ -39,7 +40,8 @@ def rq_operator_only(view: RqView) -> RqView:
     """Answer 403 to staff without the dashboard permission.
 
     Anyone else goes on to the view, whose ``staff_member_required`` sends them to
-    sign in (or, for the API views, whose own check refuses them).
+    sign in (or, for the API views, whose own check refuses them). A job the URL
+    names but rq does not hold is a 404.
     """
 
     @functools.wraps(view)
@@ -51,7 +53,12 @@ def rq_operator_only(view: RqView) -> RqView:
             and not _has_api_token(request)
         ):
             raise PermissionDenied("The queues dashboard needs its permission.")
-        return view(request, *args, **kwargs)
+        try:
+            return view(request, *args, **kwargs)
+        except NoSuchJobError:
+            # A job id from the URL that rq does not hold (gone, or never was):
+            # django-rq lets rq's error through as a 500.
+            raise Http404("No such job in this queue.") from None
 
     return wrapper
 

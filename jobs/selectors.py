@@ -6,7 +6,6 @@ import datetime
 import uuid
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.utils import timezone
 
 from jobs.models import JobStatus
@@ -71,19 +70,6 @@ def jobstatus_resumable(
     )
 
 
-def jobstatus_visible_to(
-    job: JobStatus, user: AbstractBaseUser | AnonymousUser
-) -> bool:
-    """Return whether ``user`` may see the job's page and download its result."""
-    if not user.is_authenticated:
-        return False
-    return bool(getattr(user, "is_staff", False)) or job.created_by_id == user.pk
-
-
-def jobstatus_changed_since(*, job_id: uuid.UUID, version: int) -> JobStatus | None:
-    """Return the job when its version differs from ``version``, else None.
-
-    Raises JobStatus.DoesNotExist for an unknown id.
-    """
-    job = JobStatus.objects.get(pk=job_id)
-    return None if job.version == version else job
+def jobstatus_get(*, job_id: uuid.UUID) -> JobStatus | None:
+    """Return the job, or None for an unknown id."""
+    return JobStatus.objects.filter(pk=job_id).first()

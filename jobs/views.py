@@ -7,8 +7,8 @@ import uuid
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from jobs.models import JobStatus
-from jobs.selectors import jobstatus_changed_since, jobstatus_payload
+from jobs.access import jobstatus_readable
+from jobs.selectors import jobstatus_get, jobstatus_payload
 
 
 def no_store(response: HttpResponse) -> HttpResponse:
@@ -22,8 +22,8 @@ def no_store(response: HttpResponse) -> HttpResponse:
 def jobstatus_status(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
     """Return 204 while ``?version=`` is current, else the job as JSON.
 
-    Without ``version`` the job is always returned. Job ids are random UUIDs handed
-    only to whoever started the job, which is what keeps other people's jobs private.
+    Without ``version`` the job is always returned. A job the request may not read
+    (``jobs.access``) is answered as one that does not exist: 404.
     """
     raw = request.GET.get("version")
     version = -1  # versions start at 1, so -1 always differs
@@ -37,10 +37,9 @@ def jobstatus_status(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
                     status=400,
                 )
             )
-    try:
-        job = jobstatus_changed_since(job_id=job_id, version=version)
-    except JobStatus.DoesNotExist:
+    job = jobstatus_get(job_id=job_id)
+    if job is None or not jobstatus_readable(job, request):
         return no_store(JsonResponse({"error": "no such job"}, status=404))
-    if job is None:
+    if job.version == version:
         return no_store(HttpResponse(status=204))
     return no_store(JsonResponse(jobstatus_payload(job)))

@@ -12,12 +12,14 @@ class LibraryConfig(AppConfig):
 
         import library.subscribers  # noqa: F401  (binds the library's handlers)
         from config.admin_site import ProjectAdminSite
+        from jobs.access import jobstatus_access_register
         from jobs.resumable import resumable_kind_register
         from jobs.scheduler import periodic_tasks_register
         from library.admin_metrics import cache_metrics_pages
         from library.admin_operations import operations_history_pages
         from library.periodic import PERIODIC_TASKS
         from library.report import REPORT_KIND, report_resume
+        from library.report.selectors import report_readable
         from library.telemetry import telemetry_register
 
         # admin.site is the default site that config.admin_apps names.
@@ -30,3 +32,5 @@ class LibraryConfig(AppConfig):
         # The monthly report keeps a checkpoint: the admin's "Resume selected" and
         # the status payload's "resumable" ask jobs.resumable, which knows no kind.
         resumable_kind_register(REPORT_KIND, report_resume)
+        # A report's status and result: its starter's, and any holder of the right.
+        jobstatus_access_register(REPORT_KIND, report_readable)

@@ -5,7 +5,10 @@ its sync middleware hooks and ``request_started`` receivers keep that context's
 thread for as long as the response lasts: one OS thread per open stream. The
 stream views need none of that stack. Their reads go through
 ``realtime.polling.db_call`` (a small pool of its own that closes its connection),
-their counters through async Redis, and they read no session. So ``StreamFront``
+and their counters through async Redis. The job streams ask who may read the job
+(``jobs.access``), so the front gives the request its session and user as Django's
+middleware would, lazily: both are read on that pool, never on the loop. So
+``StreamFront``
 resolves the three stream routes itself, calls their async views directly on the
 event loop, adds the headers the security middleware would, and drives the body,
 cancelling it when the client leaves. An open stream is then a suspended coroutine
@@ -24,9 +27,11 @@ import io
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import aclosing
+from importlib import import_module
 from typing import Any, cast
 
 from django.conf import settings
+from django.contrib.auth import get_user
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse
@@ -34,6 +39,7 @@ from django.http.response import HttpResponseBase, StreamingHttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, resolve
+from django.utils.functional import SimpleLazyObject
 
 from realtime import views
 
@@ -84,7 +90,17 @@ class StreamFront:
             return None
         if match.func not in STREAM_VIEWS:
             return None
+        _identify(request)
         return match.func, request, dict(match.kwargs)
+
+
+def _identify(request: ASGIRequest) -> None:
+    """Attach the session and user SessionMiddleware and AuthenticationMiddleware
+    would, without reading either: the session store loads on first use, and the
+    user is resolved by whoever asks, on the database pool."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    request.session = store(request.COOKIES.get(settings.SESSION_COOKIE_NAME))
+    request.user = cast(Any, SimpleLazyObject(lambda: get_user(request)))
 
 
 async def _serve(

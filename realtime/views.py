@@ -22,6 +22,8 @@ from django.http import (
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, render
 
+from jobs.access import jobstatus_readable
+from jobs.selectors import jobstatus_get, jobstatus_payload
 from library.models import Branch
 from realtime.limits import (
     Holder,
@@ -89,6 +91,19 @@ def _method_get(request: HttpRequest) -> HttpResponseBase | None:
     return HttpResponseNotAllowed(["GET", "HEAD"])
 
 
+def _job_readable(request: HttpRequest, job_id: uuid.UUID) -> dict[str, Any] | None:
+    """Return the job's payload if the request may read it; None as for no such job.
+
+    Run on the database pool (``db_call``): the request's session and user are read
+    here. On a lab server (``LAB_ROUTES``) statuses are open, as the metrics are:
+    the labs and benchmarks poll jobs of their own there without signing in.
+    """
+    job = jobstatus_get(job_id=job_id)
+    if job is None or not (settings.LAB_ROUTES or jobstatus_readable(job, request)):
+        return None
+    return jobstatus_payload(job)
+
+
 async def job_status_short(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBase:
     """Short poll: 204 at once while ``?version=`` is current, else the job."""
     if (refused := _method_get(request)) is not None:
@@ -96,7 +111,7 @@ async def job_status_short(request: HttpRequest, job_id: uuid.UUID) -> HttpRespo
     version = _whole(request.GET.get("version"), "version")
     if isinstance(version, HttpResponseBase):
         return version
-    job = await db_call(job_read, job_id)
+    job = await db_call(_job_readable, request, job_id)
     if job is None:
         return _no_store(JsonResponse({"error": "no such job"}, status=404))
     if version is not None and job["version"] == version:
@@ -123,7 +138,7 @@ async def job_wait(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBase:
     if isinstance(hold, HttpResponseBase):
         return hold
     hold_ms = min(default_ms if hold is None else hold, largest_ms)
-    job = await db_call(job_read, job_id)
+    job = await db_call(_job_readable, request, job_id)
     if job is None:
         return _no_store(JsonResponse({"error": "no such job"}, status=404))
     if version is None or job["version"] != version:
@@ -197,7 +212,7 @@ async def job_events(request: HttpRequest, job_id: uuid.UUID) -> HttpResponseBas
     last_id = _last_event_id(request)
     if isinstance(last_id, HttpResponseBase):
         return last_id
-    job = await db_call(job_read, job_id)
+    job = await db_call(_job_readable, request, job_id)
     if job is None:
         return _no_store(JsonResponse({"error": "no such job"}, status=404))
     if job["finished"] and last_id == job["version"]:

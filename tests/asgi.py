@@ -40,7 +40,18 @@ class Socket(WebsocketCommunicator):  # type: ignore[misc]  # channels has no ty
     A frame that takes more than a second on a loaded machine is slow, not wrong;
     a wait still ends the moment the frame arrives. Only ``receive_nothing`` keeps
     its short window: it proves an absence.
+
+    Like a browser it sends a Host header (``127.0.0.1``) unless given one: the
+    origin check compares the page's origin with the host the socket was opened to.
     """
+
+    def __init__(
+        self, application: Any, path: str, headers: list[Any] | None = None, **kw: Any
+    ) -> None:
+        headers = list(headers or [])
+        if not any(name.lower() == b"host" for name, _ in headers):
+            headers.insert(0, (b"host", b"127.0.0.1"))
+        super().__init__(application, path, headers=headers, **kw)
 
     async def connect(self, timeout: float = WAIT_DEADLINE_S) -> Any:
         return await super().connect(timeout)

@@ -96,3 +96,15 @@ def test_the_api_token_still_reads_the_stats_without_a_user(redis_client):
     wrong = {"Authorization": "Bearer guessed"}
     assert client.get("/admin/rq/stats.json", headers=wrong).status_code == 403
     assert Client().get("/admin/rq/stats.json", headers=bearer).status_code == 200
+
+
+@pytest.mark.parametrize("mount", MOUNTS)
+def test_a_job_rq_does_not_hold_is_a_404_not_a_500(queue, mount):
+    index = get_queues_map()[queue.name]
+    client = staff_client(operator=True)
+    client.raise_request_exception = False
+    gone = uuid.uuid4()
+    assert client.get(f"{mount}queues/{index}/{gone}/").status_code == 404
+    assert client.post(f"{mount}queues/{index}/{gone}/requeue/").status_code == 404
+    held = queue.job_ids[0]
+    assert client.get(f"{mount}queues/{index}/{held}/").status_code == 200

@@ -1,6 +1,8 @@
 import uuid
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 
 from jobs.models import JobStatus
 from jobs.services import jobstatus_progress
@@ -9,8 +11,23 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def job():
-    return JobStatus.objects.create(kind="lab", name="cache-layers", params={})
+def owner():
+    return get_user_model().objects.create_user("starter")
+
+
+@pytest.fixture
+def job(owner):
+    # Of a kind with no rule of its own: its starter's alone (jobs.access).
+    return JobStatus.objects.create(
+        kind="test", name="cache-layers", params={}, created_by=owner
+    )
+
+
+@pytest.fixture
+def client(owner):
+    client = Client()
+    client.force_login(owner)
+    return client
 
 
 def url(job_id: object, version: object = None) -> str:
@@ -61,3 +78,12 @@ def test_unknown_job_is_404(client):
 
 def test_only_get_is_allowed(client, job):
     assert client.post(url(job.id, 1)).status_code == 405
+
+
+def test_only_the_starter_reads_a_job_of_a_kind_without_a_rule(job):
+    assert Client().get(url(job.id)).status_code == 404  # anonymous
+    stranger = Client()
+    stranger.force_login(get_user_model().objects.create_user("stranger"))
+    answer = stranger.get(url(job.id))
+    assert answer.status_code == 404
+    assert answer.json() == {"error": "no such job"}  # as if it did not exist

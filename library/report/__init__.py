@@ -68,6 +68,7 @@ from library.report.scope import (
     Checkpoint,
     ReportError,
     ReportParams,
+    month_bounds,
     previous_month,
 )
 from library.report.start import monthly_report_start, report_cancel, report_resume
@@ -92,6 +93,7 @@ __all__ = [
     "Checkpoint",
     "ReportError",
     "ReportParams",
+    "month_bounds",
     "monthly_report_start",
     "previous_month",
     "report_cancel",

@@ -74,12 +74,20 @@ def previous_month(today: datetime.date) -> str:
 
 
 def month_bounds(month: str) -> tuple[datetime.date, datetime.date]:
+    """Return [first day, first day of the next month) of ``YYYY-MM``.
+
+    Raise ReportError for anything else, and for a month whose end a date cannot
+    hold: December 9999 ends in year 10000.
+    """
     try:
         year_text, month_text = month.split("-")
-        first = datetime.date(int(year_text), int(month_text), 1)
-    except ValueError:
-        raise ReportError(f"month must look like 2025-03, got {month[:20]!r}") from None
-    after = (first + datetime.timedelta(days=32)).replace(day=1)
+        year, number = int(year_text), int(month_text)
+        first = datetime.date(year, number, 1)
+        after = datetime.date(year + number // 12, number % 12 + 1, 1)
+    except (ValueError, OverflowError):
+        raise ReportError(
+            f"month must look like 2025-03 (up to 9999-11), got {month[:20]!r}"
+        ) from None
     return first, after
 
 

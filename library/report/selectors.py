@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import uuid
 
+from django.http import HttpRequest
+
 from jobs.models import JobStatus
+from library.permissions import RUN_REPORT, user_may
 from library.report.scope import REPORT_KIND
 
 
@@ -23,3 +26,11 @@ def report_recent(*, limit: int = 10) -> list[JobStatus]:
         .filter(kind=REPORT_KIND)
         .order_by("-created_at")[:limit]
     )
+
+
+def report_readable(job: JobStatus, request: HttpRequest) -> bool:
+    """Let holders of the report right read any report (``jobs.access``).
+
+    Its starter may anyway; being staff is not enough, as for starting one.
+    """
+    return user_may(request.user, RUN_REPORT)

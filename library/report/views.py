@@ -29,8 +29,9 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from jobs.access import jobstatus_readable
 from jobs.models import JobStatus
-from jobs.selectors import jobstatus_payload, jobstatus_visible_to
+from jobs.selectors import jobstatus_payload
 from jobs.views import no_store
 from library import report
 from library.models import Branch
@@ -84,7 +85,8 @@ class ReportStartForm(forms.Form):
             return report.ALL_MONTHS
         try:
             datetime.date.fromisoformat(f"{month}-01")
-        except ValueError:
+            report.month_bounds(month)  # its end must be a date too (not 9999-12)
+        except (ValueError, report.ReportError):
             raise forms.ValidationError("Give a month like 2025-03.") from None
         return month
 
@@ -93,7 +95,7 @@ def _report_or_404(request: HttpRequest, job_id: uuid.UUID) -> JobStatus:
     job = report_get(job_id=job_id)
     if job is None:
         raise Http404("No such report.")
-    if not jobstatus_visible_to(job, request.user):
+    if not jobstatus_readable(job, request):
         raise PermissionDenied("This report belongs to someone else.")
     return job
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from library.models import Book, Loan
+from library.permissions import RETURN_LOAN, permission_get
 from library.services import loan_issue
 
 pytestmark = pytest.mark.django_db
@@ -122,3 +124,24 @@ def test_book_shelf_count_edit_is_a_stock_correction(staff_client, book):
     assert response.status_code == 302
     book.refresh_from_db()
     assert (book.on_shelf, book.version) == (9, 2)
+
+
+def test_return_action_needs_the_desk_right_not_the_change_permission(
+    client, book, member
+):
+    loan = loan_issue(book_id=book.pk, member_id=member.pk)
+    clerk = get_user_model().objects.create_user("clerk", is_staff=True)
+    for name in ("library.view_loan", "library.change_loan"):
+        clerk.user_permissions.add(permission_get(name))
+    client.force_login(clerk)
+    url = reverse("admin:library_loan_changelist")
+    action = {"action": "return_loans", "_selected_action": [loan.pk]}
+
+    client.post(url, action)
+    loan.refresh_from_db()
+    assert loan.return_date is None
+
+    clerk.user_permissions.add(permission_get(RETURN_LOAN))
+    client.post(url, action)
+    loan.refresh_from_db()
+    assert loan.return_date is not None

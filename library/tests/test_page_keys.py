@@ -6,6 +6,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from library.cache.metrics import KEY_PREFIX as METRICS_PREFIX
 from library.cache.metrics import cache_redis
 from library.models import Book
 from library.selectors import BOOKS_PER_PAGE
@@ -30,9 +31,9 @@ def page_keys(scope: str) -> set[bytes]:
 @pytest.mark.parametrize(
     ("name", "first"),
     [
-        ("branch-books", "?q=Rose"),
+        ("branch-books", "?q=rose"),
         ("branch-books", ""),  # the hot first page, split into copies
-        ("branch-books", "?q=Rose&page=2"),
+        ("branch-books", "?q=rose&page=2"),
         ("book-detail", ""),
         ("branch-stock", ""),
     ],
@@ -62,7 +63,7 @@ def test_unique_junk_parameters_create_no_keys_beyond_the_pages_own(
 def test_a_stored_page_never_echoes_a_junk_parameter(
     client: Client, book: Book
 ) -> None:
-    url = reverse("branch-books", args=[book.branch_id]) + "?q=Rose"
+    url = reverse("branch-books", args=[book.branch_id]) + "?q=rose"
     junk = client.get(url + "&marker=injected")
     assert b"injected" in junk.content  # the sign-in link echoes the full path
     assert junk["X-Page-Cache"] == "miss"
@@ -110,3 +111,85 @@ def test_equal_questions_share_one_entry(
         k for k in page_keys(cache_tenants_of_this_test) if not k.endswith(b":body")
     }
     assert len(heads) == 1
+
+
+def stored_keys() -> set[bytes]:
+    """Return every key of the cache's Redis database but the metric buckets.
+
+    The buckets are one hash per namespace and minute (``cachemetrics:``): they grow
+    with time, never with requests, and a minute may turn during the test.
+    """
+    prefix = f"{METRICS_PREFIX}:".encode()
+    return {key for key in cache_redis().scan_iter() if not key.startswith(prefix)}
+
+
+def junk_forms(book: Book) -> list[str]:
+    """Return many spellings of the pages warmed below, none of them canonical."""
+    b, k = book.branch_id, book.pk
+    junk = []
+    for zeros in range(1, 31):
+        pad = "0" * zeros
+        junk += [
+            f"/books/{pad}{k}/",
+            f"/branches/{pad}{b}/books/",
+            f"/branches/{pad}{b}/books/?q=rose",
+            f"/branches/{pad}{b}/books/?page=2",
+            f"/branches/{pad}{b}/stock.json",
+        ]
+    # Numbers past the last page (the data tier would key each), and odd numbers.
+    junk += [f"/branches/{b}/books/?page={n}" for n in range(3, 63)]
+    junk += [f"/branches/{b}/books/?q=rose&page={n}" for n in range(2, 32)]
+    junk += [f"/branches/{b}/books/?page={n}" for n in ("+2", "%202", "02", "1")]
+    # The same search in other ASCII capitals and with spaces around it.
+    spellings = ["ROSE", "Rose", "rOSE", "RoSe", "rosE", "%20rose", "rose%20%20"]
+    junk += [f"/branches/{b}/books/?q={text}" for text in spellings]
+    junk += [f"/branches/{b}/books/?q={text}&page=2" for text in spellings[:3]]
+    # Parameters the page ignores, and repeated ones.
+    junk += [f"/branches/{b}/books/?utm_source=n{n}" for n in range(30)]
+    junk += [f"/books/{k}/?v={n}" for n in range(30)]
+    junk += [f"/branches/{b}/books/?page=2&page={n}" for n in range(3, 13)]
+    return junk
+
+
+def test_junk_forms_of_a_page_create_no_redis_key(client: Client, book: Book) -> None:
+    second_page_of_roses(book)
+    b = book.branch_id
+    warm = [
+        f"/books/{book.pk}/",
+        f"/branches/{b}/books/",
+        f"/branches/{b}/books/?q=rose",
+        f"/branches/{b}/books/?page=2",
+        f"/branches/{b}/books/?q=rose&page=2",
+        f"/branches/{b}/stock.json",
+    ]
+    for url in warm:
+        for _ in range(40):  # enough to fill every copy of the hot page
+            assert client.get(url).status_code == 200
+    before = stored_keys()
+    assert before
+    for url in junk_forms(book):
+        assert client.get(url).status_code == 200, url
+    assert stored_keys() - before == set()
+
+
+def test_a_padded_path_is_served_the_canonical_entry(
+    client: Client, book: Book
+) -> None:
+    url = reverse("book-detail", args=[book.pk])
+    client.get(url)
+    padded = client.get(f"/books/000{book.pk}/")
+    assert padded["X-Page-Cache"] == "hit"
+    assert padded.content == client.get(url).content
+
+
+def test_a_search_in_other_capitals_finds_the_same_books(
+    client: Client, book: Book
+) -> None:
+    url = reverse("branch-books", args=[book.branch_id])
+    upper = client.get(url, {"q": "ROSE"})  # rendered, not kept: not canonical
+    lower = client.get(url, {"q": "rose"})
+    assert (upper["X-Page-Cache"], lower["X-Page-Cache"]) == ("miss", "miss")
+    assert [b.pk for b in upper.context["page"].object_list] == [book.pk]
+    assert [b.pk for b in lower.context["page"].object_list] == [book.pk]
+    assert 'value="ROSE"' in upper.content.decode()  # the visitor's own words
+    assert client.get(url, {"q": "Rose"})["X-Page-Cache"] == "hit"

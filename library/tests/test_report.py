@@ -412,3 +412,14 @@ def test_the_scheduled_start_makes_one_report_per_month(redis_client):
     later = datetime.datetime(2025, 5, 1, 2, 0, tzinfo=datetime.UTC)
     assert monthly_loan_report_start(slot=later) not in (first,)
     assert JobStatus.objects.filter(kind="report").count() == 3
+
+
+def test_month_bounds_end_where_a_date_can():
+    assert report.month_bounds("2025-12") == (
+        datetime.date(2025, 12, 1),
+        datetime.date(2026, 1, 1),
+    )
+    assert report.month_bounds("9999-11")[1] == datetime.date(9999, 12, 1)
+    for month in ("9999-12", "0-01", "2025-13", "2025", "x-y", "9" * 30 + "-01"):
+        with pytest.raises(report.ReportError):
+            report.month_bounds(month)

@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 from asgiref.testing import ApplicationCommunicator
+from django.contrib.auth import get_user_model
 from django.db import connection
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from jobs.models import JobStatus
 from jobs.services import jobstatus_create, jobstatus_finish, jobstatus_progress
@@ -304,11 +305,24 @@ async def _receive_body(app: ApplicationCommunicator, timeout: float) -> str:
     return bytes(message.get("body", b"")).decode()
 
 
+@pytest.fixture
+def starter_cookie(job: JobStatus) -> tuple[bytes, bytes]:
+    """Make the job a user's and return their session cookie (jobs.access)."""
+    starter = get_user_model().objects.create_user("starter")
+    JobStatus.objects.filter(pk=job.pk).update(created_by=starter)
+    client = Client()
+    client.force_login(starter)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+
+
 @override_settings(REALTIME_SSE_HEARTBEAT_S=0.2)
-async def test_heartbeat_comes_at_a_random_interval_and_disconnect_stops_it(job):
+async def test_heartbeat_comes_at_a_random_interval_and_disconnect_stops_it(
+    job, starter_cookie
+):
     from config.asgi import application
 
-    scope = http_scope(f"/realtime/jobs/{job.pk}/events", "lastEventId=1")
+    path = f"/realtime/jobs/{job.pk}/events"
+    scope = http_scope(path, "lastEventId=1", headers=[starter_cookie])
     app = ApplicationCommunicator(application, scope)
     await app.send_input({"type": "http.request", "body": b"", "more_body": False})
     assert await _receive_body(app, 5) == "retry: 2000\n\n"

@@ -11,7 +11,8 @@ import resource
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
-from django.test import override_settings
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
 
 # Imported here, not in a test: loading it sets Django up again, and that resets the
 # logging configuration, dropping the handler pytest's caplog puts on the root.
@@ -19,7 +20,7 @@ from config.asgi import application
 from jobs.models import JobStatus
 from jobs.services import jobstatus_create
 from library.models import Branch
-from realtime.limits import descriptor_report, streams_open
+from realtime.limits import Holder, descriptor_report, streams_open
 from tests.asgi import http_scope
 from tests.processes import await_until
 
@@ -29,14 +30,32 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def job(redis_client) -> JobStatus:
     Branch.objects.create(id=1, name="Central", city="Ankara")
-    return jobstatus_create(kind="lab", name="limits-test", params={})
+    starter = get_user_model().objects.create_user("starter")
+    return jobstatus_create(kind="lab", name="limits-test", params={}, user=starter)
+
+
+@pytest.fixture
+def cookie(job: JobStatus) -> tuple[bytes, bytes]:
+    """The session cookie of the job's starter: only they may read its status."""
+    client = Client()
+    assert job.created_by is not None
+    client.force_login(job.created_by)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
 
 
 def _get(
-    path: str, query: str = "", *, client: str = "127.0.0.1", session: str = ""
+    path: str,
+    query: str = "",
+    cookie: tuple[bytes, bytes] | None = None,
+    *,
+    client: str = "127.0.0.1",
+    session: str = "",
 ) -> ApplicationCommunicator:
-    cookie = [(b"cookie", f"sessionid={session}".encode())] if session else []
-    scope = http_scope(path, query, headers=cookie)
+    """A request from ``client``, with the starter's ``cookie`` or a ``session`` key."""
+    headers = [cookie] if cookie else []
+    if session:
+        headers = [(b"cookie", f"sessionid={session}".encode())]
+    scope = http_scope(path, query, headers=headers)
     scope["client"] = (client, 50000)
     return ApplicationCommunicator(application, scope)
 
@@ -53,18 +72,21 @@ def _headers(start: dict[str, object]) -> dict[bytes, bytes]:
 
 
 @override_settings(REALTIME_MAX_STREAMS=2)
-async def test_streams_past_the_maximum_get_503_and_places_come_back(job, caplog):
+async def test_streams_past_the_maximum_get_503_and_places_come_back(
+    job, cookie, caplog
+):
     assert streams_open() == 0
     events = f"/realtime/jobs/{job.pk}/events"
-    first, second = _get(events, "lastEventId=1"), _get("/realtime/branches/1/events")
+    first = _get(events, "lastEventId=1", cookie)
+    second = _get("/realtime/branches/1/events", "", cookie)
     assert (await _start(first))["status"] == 200
     assert (await _start(second))["status"] == 200
     assert streams_open() == 2
 
-    refused = await _start(third := _get(events, "lastEventId=1"))
+    refused = await _start(third := _get(events, "lastEventId=1", cookie))
     assert refused["status"] == 503
     assert _headers(refused)[b"retry-after"] == b"5"
-    poll = await _start(_get(f"/realtime/jobs/{job.pk}/wait", "version=1"))
+    poll = await _start(_get(f"/realtime/jobs/{job.pk}/wait", "version=1", cookie))
     assert poll["status"] == 503
     await third.wait(timeout=5)
     assert streams_open() == 2  # a refusal takes no place
@@ -76,7 +98,7 @@ async def test_streams_past_the_maximum_get_503_and_places_come_back(job, caplog
 
     await first.send_input({"type": "http.disconnect"})
     await await_until(lambda: streams_open() == 1, "the left stream's place")
-    again = _get(events, "lastEventId=1")
+    again = _get(events, "lastEventId=1", cookie)
     assert (await _start(again))["status"] == 200
     for app in (second, again):
         await app.send_input({"type": "http.disconnect"})
@@ -84,39 +106,43 @@ async def test_streams_past_the_maximum_get_503_and_places_come_back(job, caplog
 
 
 @override_settings(REALTIME_STREAMS_PER_CLIENT=3, REALTIME_STREAMS_PER_SESSION=2)
-async def test_one_client_gets_429_past_its_share_of_the_process(job, caplog):
+async def test_one_client_gets_429_past_its_share_of_the_process(job, cookie, caplog):
+    # Alice is the job's starter (only she may follow it); bob and carol are other
+    # sessions at her address.
+    alice = cookie[1].decode().removeprefix("sessionid=")
     events = f"/realtime/jobs/{job.pk}/events"
-    held = [_get(events, "lastEventId=1", session="alice") for _ in range(2)]
+    held = [_get(events, "lastEventId=1", session=alice) for _ in range(2)]
     for app in held:
         assert (await _start(app))["status"] == 200
     # Alice's session has its two; her third is refused, whatever the route.
-    refused = await _start(_get(events, "lastEventId=1", session="alice"))
+    refused = await _start(_get(events, "lastEventId=1", session=alice))
     assert refused["status"] == 429
     assert _headers(refused)[b"retry-after"] == b"5"
-    poll = _get(f"/realtime/jobs/{job.pk}/wait", "version=1", session="alice")
+    poll = _get(f"/realtime/jobs/{job.pk}/wait", "version=1", session=alice)
     assert (await _start(poll))["status"] == 429
     # Another session at the same address takes the address's last place ...
     held.append(_get("/realtime/branches/1/events", session="bob"))
     assert (await _start(held[-1]))["status"] == 200
     # ... after which that address gets nothing more, with or without a session.
     for session in ("carol", ""):
-        answer = await _start(_get(events, "lastEventId=1", session=session))
+        branch = "/realtime/branches/1/events"
+        answer = await _start(_get(branch, "lastEventId=1", session=session))
         assert answer["status"] == 429
     # Another address is not held back by this one.
-    elsewhere = _get(events, "lastEventId=1", client="192.0.2.7")
+    elsewhere = _get("/realtime/branches/1/events", "lastEventId=1", client="192.0.2.7")
     assert (await _start(elsewhere))["status"] == 200
     assert streams_open() == 4  # refusals take no place
     said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert said == [
-        "refusing streams of session 2bd806c9: REALTIME_STREAMS_PER_SESSION "
-        "reached (2)",
+        f"refusing streams of session {Holder.of('', alice).session[:8]}:"
+        " REALTIME_STREAMS_PER_SESSION reached (2)",
         "refusing streams of address 127.0.0.1: REALTIME_STREAMS_PER_CLIENT "
         "reached (3)",
     ]
 
     await held[0].send_input({"type": "http.disconnect"})
     await await_until(lambda: streams_open() == 3, "alice's first place back")
-    again = _get(events, "lastEventId=1", session="alice")
+    again = _get(events, "lastEventId=1", session=alice)
     assert (await _start(again))["status"] == 200
     for app in (*held[1:], elsewhere, again):
         await app.send_input({"type": "http.disconnect"})
@@ -124,11 +150,12 @@ async def test_one_client_gets_429_past_its_share_of_the_process(job, caplog):
 
 
 @override_settings(REALTIME_MAX_STREAMS=1)
-async def test_a_long_poll_holds_a_place_until_it_answers(job):
-    poll = _get(f"/realtime/jobs/{job.pk}/wait", "version=1&timeout_ms=300")
+async def test_a_long_poll_holds_a_place_until_it_answers(job, cookie):
+    poll = _get(f"/realtime/jobs/{job.pk}/wait", "version=1&timeout_ms=300", cookie)
     await poll.send_input({"type": "http.request", "body": b"", "more_body": False})
     await await_until(lambda: streams_open() == 1, "the long poll's place")
-    refused = await _start(_get(f"/realtime/jobs/{job.pk}/events", "lastEventId=1"))
+    events = f"/realtime/jobs/{job.pk}/events"
+    refused = await _start(_get(events, "lastEventId=1", cookie))
     assert refused["status"] == 503
     assert (await poll.receive_output(10))["status"] == 204
     await await_until(lambda: streams_open() == 0, "the answered poll's place")

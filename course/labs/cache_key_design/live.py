@@ -89,7 +89,7 @@ def _generated_key(branch: int, query: str) -> str:
     return reads.SEARCH.key(
         tenant=tenant,
         generation=generation_get(reads.SEARCH.namespace, tenant),
-        criteria={"q": query, "page": 1},
+        criteria={"q": reads.search_canonical(query), "page": 1},
     )
 
 

@@ -27,7 +27,13 @@ def live(params: Params, progress: Progress) -> Tables:
     hold_ms = int_param(params, "hold_ms")
     job = jobstatus_create(kind="lab", name="polling-approaches-live", params={})
     try:
-        with daphnes(progress, ["on"]) as servers, client_for(servers[0]) as client:
+        # A lab server (LAB_ROUTES): the lab's own job is readable without signing
+        # in there, as nowhere else (jobs.access).
+        lab_server = {"LIBRARY_LAB_ROUTES": "on"}
+        with (
+            daphnes(progress, ["on"], env=lab_server) as servers,
+            client_for(servers[0]) as client,
+        ):
             status = f"/realtime/jobs/{job.pk}/status"
             wait = f"/realtime/jobs/{job.pk}/wait"
             live_step(progress, 0.3, "short polling: six requests")

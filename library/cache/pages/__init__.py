@@ -14,11 +14,12 @@ Only what a shared cache may hold goes in, and only for visitors who share it:
 - the response is a 200 with ``public`` in its Cache-Control, sets no cookie and
   holds no CSRF token (checked on the bytes, so a template change cannot slip one in);
 - the route is listed in ``PAGES`` below, with a key built by the key generator: the
-  branch is the tenant, and the path and the parameters the page reads (in their
-  canonical form) are the criteria; any other parameter is left out of the key, and
-  a request carrying one may be served the page but never stores its own rendering,
-  which echoes the full path (the sign-in link). What retires the page is either
-  in the key (a book page names the book's version) or stamped in the entry: a
+  branch is the tenant, and the path and the parameters the page reads (each in its
+  canonical form: ``/books/007/`` is ``/books/7/``) are the criteria; any other
+  parameter is left out of the key, and a request carrying one, or spelling the path
+  or a parameter another way, may be served the page but never stores its own
+  rendering, which echoes the full path (the sign-in link). What retires the page is
+  either in the key (a book page names the book's version) or stamped in the entry: a
   catalogue page records the branch's list or search generation it was rendered
   under, and the lookup reads the page and the current generation in one MGET, so
   a hit costs one Redis round trip and a bumped generation turns it into a miss;

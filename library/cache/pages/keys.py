@@ -7,11 +7,15 @@ on the branch's list or search generation. The hottest page kind is split into
 
 Only the parameters a page reads are in its key, each in its canonical form, so a
 parameter the page ignores (``utm_source``, a cache buster) cannot make a key of its
-own: a stream of unique junk would otherwise grow Redis without bound. Such a
-request may still be served the page's entry, but its own rendering is never kept,
-because the body echoes the full path (the sign-in link's ``next``) and would carry
-the junk to every later visitor. A value the tier does not model (``page=0``, a
-repeated parameter, an over-long search) leaves the request to the view untouched.
+own: a stream of unique junk would otherwise grow Redis without bound. The path is
+keyed in its canonical form too: the route's ``<int:...>`` takes ``/books/007/`` as
+book 7, so the key names the path ``reverse`` gives for the matched arguments, never
+the path as sent. Such a request (an extra parameter, a padded number, a search in
+other ASCII capitals) may still be served the page's entry, but its own rendering is
+never kept, because the body echoes the full path (the sign-in link's ``next``) and
+would carry the junk to every later visitor. A value the tier does not model
+(``page=0``, a repeated parameter, an over-long search) leaves the request to the
+view untouched.
 """
 
 from __future__ import annotations
@@ -26,10 +30,10 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.forms import CharField
 from django.http import HttpRequest
-from django.urls import Resolver404, resolve
+from django.urls import Resolver404, resolve, reverse
 
 from library.cache.keys import KeySpec
-from library.cache.reads import LIST, SEARCH, specs
+from library.cache.reads import LIST, SEARCH, search_canonical, specs
 from library.cache.store import generation_key
 from library.forms import BookSearchForm
 from library.models import Book
@@ -57,7 +61,7 @@ _PAGE_NUMBER: Final = re.compile(r"[1-9][0-9]{0,5}")
 def _search_text(value: str) -> str | None:
     # As BookSearchForm cleans it; an over-long query is the view's to handle.
     text = value.strip()
-    return text if len(text) <= _SEARCH_MAX else None
+    return search_canonical(text) if len(text) <= _SEARCH_MAX else None
 
 
 def _page_number(value: str) -> str | None:
@@ -70,11 +74,11 @@ def _page_number(value: str) -> str | None:
 class PageKind:
     """How one route's anonymous page is keyed and how long it lives."""
 
-    # (request, view kwargs, canonical query) -> (key, dependency), or None when the
-    # page cannot be keyed (no such row). The dependency is the Redis key of a
-    # generation counter the page was rendered under, or None when the key itself
-    # names the version.
-    key: Callable[[HttpRequest, dict[str, Any], Query], tuple[str, str | None] | None]
+    # (canonical path, view kwargs, canonical query) -> (key, dependency), or None
+    # when the page cannot be keyed (no such row). The dependency is the Redis key
+    # of a generation counter the page was rendered under, or None when the key
+    # itself names the version.
+    key: Callable[[str, dict[str, Any], Query], tuple[str, str | None] | None]
     lifetime_s: int
     jitter_s: int
     copies: Callable[[Query], int] = lambda query: 1
@@ -86,34 +90,32 @@ class PageKind:
     needs_database: bool = False
 
 
-def _criteria(
-    request: HttpRequest, view: str, query: Query
-) -> dict[str, str | int | None]:
+def _criteria(path: str, view: str, query: Query) -> dict[str, str | int | None]:
     # The "p." prefix keeps a parameter named "view" or "path" from replacing those.
-    criteria: dict[str, str | int | None] = {"view": view, "path": request.path}
+    criteria: dict[str, str | int | None] = {"view": view, "path": path}
     criteria.update({f"p.{name}": value for name, value in query.items()})
     return criteria
 
 
 def _catalogue_key(
-    request: HttpRequest, kwargs: dict[str, Any], query: Query
+    path: str, kwargs: dict[str, Any], query: Query
 ) -> tuple[str, str | None]:
     tenant = specs.branch_tenant(int(kwargs["branch_id"]))
     spec = SEARCH if query.get("q") else LIST
-    key = PAGE.key(tenant=tenant, criteria=_criteria(request, "branch-books", query))
+    key = PAGE.key(tenant=tenant, criteria=_criteria(path, "branch-books", query))
     return key, generation_key(spec.namespace, tenant)
 
 
 def _stock_list_key(
-    request: HttpRequest, kwargs: dict[str, Any], query: Query
+    path: str, kwargs: dict[str, Any], query: Query
 ) -> tuple[str, str | None]:
     tenant = specs.branch_tenant(int(kwargs["branch_id"]))
-    key = PAGE.key(tenant=tenant, criteria=_criteria(request, "branch-stock", query))
+    key = PAGE.key(tenant=tenant, criteria=_criteria(path, "branch-stock", query))
     return key, generation_key(LIST.namespace, tenant)
 
 
 def _book_key(
-    request: HttpRequest, kwargs: dict[str, Any], query: Query
+    path: str, kwargs: dict[str, Any], query: Query
 ) -> tuple[str, str | None] | None:
     # The version is read from the database, as the data tier does: it is bumped in
     # the change's own transaction, so the key can never name an older page.
@@ -128,7 +130,7 @@ def _book_key(
     key = PAGE.key(
         tenant=specs.branch_tenant(branch_id),
         criteria={
-            **_criteria(request, "book-detail", query),
+            **_criteria(path, "book-detail", query),
             "v": version,
             "u": int(updated_at.timestamp() * 1_000_000),
         },
@@ -233,7 +235,11 @@ def page_key(request: HttpRequest, *, no_database: bool = False) -> PageLookup |
     if canonical is None:
         return None
     query, storable = canonical
-    keyed = kind.key(request, match.kwargs, query)
+    # The path the site's own links use for these arguments ("/books/7/" for a
+    # request of "/books/007/"): the key's, so padded numbers make no entry.
+    path = reverse(match.url_name, kwargs=match.kwargs)
+    storable = storable and path == request.path
+    keyed = kind.key(path, match.kwargs, query)
     if keyed is None:
         return None
     key, dependency = keyed

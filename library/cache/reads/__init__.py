@@ -46,6 +46,7 @@ from library.cache.reads.branches import BranchPage, branch_page
 from library.cache.reads.catalogue import branch_books_page, branch_stock_list
 from library.cache.reads.history import member_history_page
 from library.cache.reads.invalidation import change_invalidate
+from library.cache.reads.rows import search_canonical
 from library.cache.reads.specs import (
     BOOK,
     HISTORY,
@@ -80,4 +81,5 @@ __all__ = [
     "change_invalidate",
     "member_history_page",
     "member_tenant",
+    "search_canonical",
 ]

@@ -7,13 +7,20 @@ from typing import Any
 from django.core.paginator import Page
 
 from library import selectors
+from library.cache.metrics import redis_usable
 
 # Tenants are looked up through their module (``specs.branch_tenant``), never bound
 # at import, so a test that replaces them there reaches this code.
 from library.cache.reads import specs
-from library.cache.reads.rows import Absent, canonical_page_number, page_of_rows
+from library.cache.reads.rows import (
+    Absent,
+    canonical_page_number,
+    last_page_number,
+    page_of_rows,
+    search_canonical,
+)
 from library.cache.reads.specs import LIST, LIST_JITTER_S, LIST_LIFETIME_S, SEARCH
-from library.cache.store import cache_aside, generation_get
+from library.cache.store import cache_aside, cache_enabled, generation_get
 from library.models import Book, Branch
 
 
@@ -39,26 +46,46 @@ def _books_origin(branch_id: int, query: str, number: int) -> dict[str, Any]:
     }
 
 
+def _books_value(
+    branch_id: int, query: str, number: int, generation: int
+) -> dict[str, Any]:
+    spec = SEARCH if query else LIST
+    key = spec.key(
+        tenant=specs.branch_tenant(branch_id),
+        generation=generation,
+        criteria={"q": query, "page": number},
+    )
+    return cache_aside(
+        key=key,
+        namespace=spec.namespace,
+        produce=lambda: _books_origin(branch_id, query, number),
+        lifetime_s=LIST_LIFETIME_S,
+        jitter_s=LIST_JITTER_S,
+    )
+
+
 def branch_books_page(
     *, branch_id: int, query: str = "", page: selectors.PageNumber = 1
 ) -> tuple[Branch, Page[Book]] | None:
-    """Return the branch and one page of its catalogue (searched when ``query``)."""
+    """Return the branch and one page of its catalogue (searched when ``query``).
+
+    Keys are canonical, so no spelling of a question makes an entry of its own: the
+    search in its ASCII lower case (the origin finds the same books), and a number
+    past the last page as the last page. The last page is known from the first
+    page's entry (its count, the same generation), read before any later page:
+    keyed by the number asked, every ``?page=N`` would keep its own copy of the
+    last page. Without the cache nothing is keyed, and the first page is not read.
+    """
+    query = search_canonical(query)
     spec = SEARCH if query else LIST
-    tenant = specs.branch_tenant(branch_id)
+    generation = generation_get(spec.namespace, specs.branch_tenant(branch_id))
     number = canonical_page_number(page)
-    key = spec.key(
-        tenant=tenant,
-        generation=generation_get(spec.namespace, tenant),
-        criteria={"q": query, "page": number},
-    )
     try:
-        value = cache_aside(
-            key=key,
-            namespace=spec.namespace,
-            produce=lambda: _books_origin(branch_id, query, number),
-            lifetime_s=LIST_LIFETIME_S,
-            jitter_s=LIST_JITTER_S,
-        )
+        if number > 1 and cache_enabled() and redis_usable():
+            first = _books_value(branch_id, query, 1, generation)
+            last = last_page_number(first["count"], selectors.BOOKS_PER_PAGE)
+            number = min(number, last)
+        value = _books_value(branch_id, query, number, generation)
     except Absent:
         return None
     branch = Branch(**value["branch"])

@@ -27,6 +27,25 @@ def canonical_page_number(raw: selectors.PageNumber) -> int:
     return max(number, 1)
 
 
+# The catalogue searches with ``icontains``, which both databases apply without
+# regard to the case of ASCII letters; other letters keep their case, since SQLite's
+# LIKE folds only ASCII.
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def search_canonical(text: str) -> str:
+    """Return the form of a cleaned search text that every equal search shares.
+
+    "ROSE" and "rose" find the same books, so they are one key, not two.
+    """
+    return text.translate(_ASCII_LOWER)
+
+
+def last_page_number(count: int, per_page: int) -> int:
+    """Return the number of the last page of ``count`` rows (1 when there are none)."""
+    return max(1, -(-count // per_page))
+
+
 def iso_or_none(moment: datetime.datetime | datetime.date | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
