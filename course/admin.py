@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from allauth.account.admin import EmailAddressAdmin
+from allauth.account.models import EmailAddress
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from course.models import AccountDeletion, LabAllowance, LabRun, LabWorkerState
@@ -82,3 +85,19 @@ class AccountDeletionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[AccountDeletion]
         "member_unlinked",
     )
     date_hierarchy = "deleted_at"
+
+
+# allauth registers its e-mail address admin with an action that declares no
+# permission; here marking addresses verified needs the change permission.
+admin.site.unregister(EmailAddress)
+
+
+@admin.register(EmailAddress)
+class LearnerEmailAddressAdmin(EmailAddressAdmin):
+    actions = ["make_verified"]
+
+    @admin.action(
+        permissions=["change"], description="Mark selected addresses as verified"
+    )
+    def make_verified(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        super().make_verified(request, queryset)

@@ -11,6 +11,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from course.access import SHARE_PARAM, lab_run_owned, lab_run_readable, share_token
 from course.compare import (
     FIRST,
     SECOND,
@@ -129,13 +130,20 @@ def _requester(request: HttpRequest) -> Requester:
     )
 
 
-def _run_of(lab: Lab, raw_id: str) -> JobStatus | None:
-    """Return the run of ``lab`` with id ``raw_id``; None if malformed or not one."""
+def _run_of(request: HttpRequest, lab: Lab, raw_id: str) -> JobStatus | None:
+    """Return the run of ``lab`` with id ``raw_id`` if this request may read it.
+
+    None when the id is malformed, names no run of this lab, or the run is someone
+    else's and the request carries no share link for it: a learner's runs are
+    theirs, and another's id alone shows nothing.
+    """
     try:
         job = lab_job_get(job_id=uuid.UUID(raw_id))
     except ValueError:
         return None
-    return job if job is not None and job.name == lab.slug else None
+    if job is None or job.name != lab.slug or not lab_run_readable(job, request):
+        return None
+    return job
 
 
 def _render_lesson(
@@ -151,13 +159,15 @@ def _render_lesson(
     job_payload = None
     job_missing = False
     job_joined = False
+    share: dict[str, str] = {}
     explained = None
     raw_job = request.GET.get("job")
     if lab is not None and raw_job:
-        job = _run_of(lab, raw_job)
+        job = _run_of(request, lab, raw_job)
         if job is not None:
             job_payload = jobstatus_payload(job)
             job_joined = lab_leader_of(job_id=job.id) is not None
+            share = _share_links(request, lesson, job)
             explained = run_explain(lab=lab, text=text, job=job)
             if form is None or not form.is_bound:
                 form = _lab_form(request, lab, text, initial=_initial(lab, job.params))
@@ -171,7 +181,8 @@ def _render_lesson(
             "statusUrl": reverse("jobstatus-status", args=[uuid.UUID(int=0)]),
             "explainUrl": reverse(
                 "course-run-explained", args=[lab.slug, uuid.UUID(int=0)]
-            ),
+            )
+            + share.get("query", ""),
             "charts": [chart.as_json() for chart in lab.charts],
             "job": job_payload,
         }
@@ -204,10 +215,29 @@ def _render_lesson(
             "signed_in": _user_id(request) is not None,
             "offer": offer,
             "joined": job_joined,
+            "share_url": share.get("url", ""),
         },
         status=status,
     )
     return response
+
+
+def _share_links(
+    request: HttpRequest, lesson: Lesson, job: JobStatus
+) -> dict[str, str]:
+    """Return the run's share link for its owner, and the query a shared view keeps.
+
+    The owner of a finished run gets a link others may open; someone who opened
+    such a link keeps its token on the page's own follow-up requests.
+    """
+    token = share_token(job.id)
+    if lab_run_owned(job, request):
+        if not job.is_finished:
+            return {}
+        path = reverse("course-lesson", args=[lesson.slug])
+        query = f"?job={job.id}&{SHARE_PARAM}={token}"
+        return {"url": request.build_absolute_uri(path + query)}
+    return {"query": f"?{SHARE_PARAM}={token}"}
 
 
 def _lab_form(
@@ -401,8 +431,8 @@ def course_run_explained(
     """The interpretation of one finished run, as a fragment the lesson page inserts."""
     lesson = _lesson_or_404(slug)
     lab = lab_find(lesson.slug)
-    job = lab_job_get(job_id=job_id)
-    if lab is None or job is None or job.name != lab.slug:
+    job = _run_of(request, lab, str(job_id)) if lab is not None else None
+    if lab is None or job is None:
         raise Http404("No such run of this lab")
     explained = run_explain(lab=lab, text=lesson_text(slug), job=job)
     if explained is None:
@@ -423,7 +453,9 @@ def course_runs_compared(request: HttpRequest, slug: str) -> HttpResponse:
     lab = lab_find(slug)
     if lab is None:
         raise Http404("This lesson's lab is not built yet")
-    jobs = [job for raw in request.GET.getlist("run") if (job := _run_of(lab, raw))]
+    jobs = [
+        job for raw in request.GET.getlist("run") if (job := _run_of(request, lab, raw))
+    ]
     if len(jobs) != 2:
         return render(
             request,

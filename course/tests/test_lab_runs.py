@@ -224,3 +224,54 @@ def test_an_operator_reads_lab_runs_in_the_admin_and_cannot_change_them(
     change = admin_client.post(delete, {"post": "yes"})
     assert change.status_code == 403
     assert LabRun.objects.exists()
+
+
+# --- a learner's runs are theirs, unless shared by link on purpose --------------------
+
+
+def finished_run(client: Client, seed: int) -> str:
+    # A seed of its own: an identical model run would be reused, not run.
+    job_id = run(client, seed=str(seed))
+    assert run_waiting() == 1
+    return job_id
+
+
+def test_someone_elses_run_is_not_shown_explained_compared_or_followed(redis_client):
+    owner, stranger = Client(), Client()
+    mine = finished_run(owner, 1)
+    theirs = finished_run(stranger, 2)
+    page = stranger.get(f"/course/cache-layers/?job={mine}").content.decode()
+    assert "That run could not be found" in page
+    assert (
+        stranger.get(f"/course/cache-layers/runs/{mine}/explained").status_code == 404
+    )
+    compared = stranger.get(f"/course/cache-layers/compare?run={mine}&run={theirs}")
+    assert compared.status_code == 400
+    assert stranger.get(f"/jobs/{mine}/status").status_code == 404
+    # The owner, an anonymous visitor known by their session's token, sees it all.
+    assert owner.get(f"/jobs/{mine}/status").status_code == 200
+    assert owner.get(f"/course/cache-layers/runs/{mine}/explained").status_code == 200
+    assert (
+        "That run could not be found"
+        not in owner.get(f"/course/cache-layers/?job={mine}").content.decode()
+    )
+
+
+def test_a_run_shared_by_its_link_shows_that_run_and_nothing_else(redis_client):
+    owner, stranger = Client(), Client()
+    mine = finished_run(owner, 1)
+    page = owner.get(f"/course/cache-layers/?job={mine}").content.decode()
+    link = re.search(r'id="share-url" type="text" readonly value="([^"]+)"', page)
+    assert link is not None
+    shared = link[1].replace("http://testserver", "").replace("&amp;", "&")
+    assert shared.startswith(f"/course/cache-layers/?job={mine}&share=")
+    seen = stranger.get(shared).content.decode()
+    assert "That run could not be found" not in seen
+    assert 'data-table="repetition"' in seen or "<code>repetition</code>" in seen
+    assert 'id="share-url"' not in seen  # only the owner hands out the link
+    token = shared.rsplit("share=", 1)[1]
+    explained = f"/course/cache-layers/runs/{mine}/explained?share={token}"
+    assert stranger.get(explained).status_code == 200
+    other = finished_run(Client(), 2)
+    forged = stranger.get(f"/course/cache-layers/?job={other}&share={token}")
+    assert "That run could not be found" in forged.content.decode()
