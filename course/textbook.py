@@ -446,6 +446,12 @@ def _load(slug: str, text: str) -> LessonText:
         str(name): _str_map(notes)
         for name, notes in dict(meta.get("columns", {})).items()
     }
+    # A table written in the lesson's Markdown (a comparison, "In your broker") can
+    # be wider than a phone: it scrolls inside its own box, not the page.
+    clean = clean.replace(
+        "<table>", '<div class="table-wrap"><table class="prose-table">'
+    )
+    clean = clean.replace("</table>", "</table></div>")
     final, shown, figures = _blocks(clean, tables, columns, problems)
     return LessonText(
         slug=slug,

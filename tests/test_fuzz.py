@@ -103,7 +103,7 @@ DECLARED: tuple[tuple[str, str, dict[str, str]], ...] = (
 # Forms not fuzzed: signing out would end the walk's session. Django's own model
 # forms of the admin (add, change, delete, history, password) are not the site's
 # views; the admin's part here is its changelists and the pages it adds.
-SKIPPED_ACTIONS = frozenset({"logout", "admin:logout"})
+SKIPPED_ACTIONS = frozenset({"account_logout", "admin:logout"})
 STOCK_ADMIN_PAGES = ("_add", "_change", "_delete", "_history", "password_change")
 NOT_FIELDS = frozenset({"csrfmiddlewaretoken"})
 

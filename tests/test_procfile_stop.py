@@ -106,9 +106,10 @@ def alive(pid: int) -> bool:
 
 
 def started(run: Run, port: int) -> None:
-    """Wait until daphne listens and the worker and the scheduler are running."""
+    """Wait until daphne listens and the workers and the scheduler are running."""
     wait_for_port(port, run.process, timeout=60)
     wait_until(lambda: run.said(r"worker\.1 .*Listening on"), "the rq worker")
+    wait_until(lambda: run.said(r"labs\.1 .*lab worker"), "the lab worker")
     wait_until(lambda: run.said(r"scheduler\.1 started"), "the scheduler")
 
 
@@ -117,7 +118,7 @@ def test_an_operators_stop_ends_make_run_with_0(make_run, stop):
     run, port = make_run
     started(run, port)
     children = run.pids()
-    assert len(children) == 3  # web, worker, scheduler
+    assert len(children) == 4  # web, worker, lab worker, scheduler
 
     if stop == signal.SIGINT:
         # Ctrl-C: the terminal signals the launcher's whole group.
