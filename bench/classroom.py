@@ -11,9 +11,8 @@ process, against that daphne.
 2. **Class**: ``learners`` signed-in learners press Run with the live part on
    ``lesson`` within ``press_window_s`` seconds (evenly spread), ``identical`` of them
    with the defaults and the rest each with parameters of their own, then follow
-   their run by polling its status once a second, as the lesson page does when its
-   event stream is unavailable. Meanwhile the home page is probed and ``loans``
-   loans are issued as in the idle phase.
+   their run over its event stream, as the lesson page does. Meanwhile the home
+   page is probed and ``loans`` loans are issued as in the idle phase.
 3. **Flood**: ``flood`` anonymous visitors, each with a fresh session, ask for a
    heavy model run (``cache-metrics``, 100x the requests, twelve capacities) as
    fast as eight threads can send, while loans are issued again.
@@ -27,6 +26,7 @@ within 1 s during the class and during the flood.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import threading
 import time
@@ -396,18 +396,36 @@ def learner_presses(
         return
     body = answer.json()
     run.job, run.joined, run.reused = body["job"], body["joined"], body["reused"]
-    version = 0
+    job = follow_events(client, run.job, body["version"])
+    run.state = str(job.get("state", ""))
+    run.error = str(job.get("error") or "")
+    run.finished_s = time.monotonic() - started
+
+
+def follow_events(client: Any, job_id: str, version: int) -> dict[str, Any]:
+    """Follow a run over its event stream, as the lesson page does; return the
+    finished job. A broken stream is opened again from the last version seen."""
+    import httpx
+
     while True:
-        status = client.get(f"/jobs/{run.job}/status", params={"version": version})
-        if status.status_code == 200:
-            job = status.json()
-            version = job["version"]
-            if job["finished"]:
-                run.state = job["state"]
-                run.error = job.get("error") or ""
-                run.finished_s = time.monotonic() - started
-                return
-        time.sleep(1.0)
+        try:
+            with client.stream(
+                "GET",
+                f"/realtime/jobs/{job_id}/events",
+                params={"lastEventId": version},
+                headers={"Accept": "text/event-stream"},
+                timeout=httpx.Timeout(30.0, read=60.0),
+            ) as stream:
+                for line in stream.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = json.loads(line[5:])
+                    job = payload.get("job", payload)
+                    version = int(job.get("version", version))
+                    if job.get("finished"):
+                        return dict(job)
+        except httpx.HTTPError:
+            time.sleep(1.0)
 
 
 def run_class(base: str, names: list[str], params: Params) -> list[LearnerRun]:
