@@ -260,3 +260,25 @@ def with_db(url: str, db: int) -> str:
         # geturl() would drop the empty authority and write "unix:/path".
         return f"unix://{parsed.path}?{query}"
     return parsed._replace(path=f"/{db}").geturl()
+
+
+def eviction_warning(policy: str | None) -> str:
+    """Return what to say about a Redis ``maxmemory-policy`` ("" when it is safe).
+
+    Redis here holds more than a cache: rq's queues, leases, the cache's generation
+    counters and the channel layer. An ``allkeys-*`` policy may evict any of them
+    when memory runs short, and an evicted generation counter serves stale pages;
+    ``noeviction`` (the default) or a ``volatile-*`` policy evicts only keys with a
+    lifetime, which none of those are.
+    """
+    if policy is None:
+        return (
+            "maxmemory-policy unknown (CONFIG is not allowed here): make sure it "
+            "is noeviction or a volatile-* policy"
+        )
+    if policy.startswith("allkeys-"):
+        return (
+            f"maxmemory-policy is {policy}: Redis may evict queues, leases and cache "
+            "generation counters; use noeviction or a volatile-* policy"
+        )
+    return ""

