@@ -57,7 +57,9 @@ def axe_violations(page, impacts=BLOCKING):
 LAYOUT_SHIFT = """() => new Promise((resolve) => {
   let total = 0;
   new PerformanceObserver((list) => {
-    for (const entry of list.getEntries()) if (!entry.hadRecentInput) total += entry.value;
+    for (const shift of list.getEntries()) {
+      if (!shift.hadRecentInput) total += shift.value;
+    }
   }).observe({ type: "layout-shift", buffered: true });
   setTimeout(() => resolve(total), 100);
 })"""
