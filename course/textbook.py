@@ -458,6 +458,10 @@ def _load(slug: str, text: str) -> LessonText:
     )
     toc = _toc(tokens)
     clean = _anchors_named(clean, toc)
+    # A Markdown table scrolls inside its own box on a phone, not the whole page.
+    clean = clean.replace("<table>", '<div class="table-wrap"><table>').replace(
+        "</table>", "</table></div>"
+    )
     columns = {
         str(name): _str_map(notes)
         for name, notes in dict(meta.get("columns", {})).items()
