@@ -8,7 +8,7 @@ PORT   ?= 8000
 export DEBUG ?= true
 
 .PHONY: run test test-fast test-postgres lint format bench venv migrate seed stop clean browser \
-	haproxy cluster
+	haproxy cluster axe
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,16 @@ run: .env seed
 browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
+# axe-core from the npm registry (tests/js/package-lock.json), injected into pages by
+# the browser tests' accessibility audits (tests/browser.py). node_modules is not
+# committed: installed here when it is missing.
+AXE := tests/js/node_modules/axe-core/axe.min.js
+axe: $(AXE)
+$(AXE): tests/js/package.json tests/js/package-lock.json
+	@command -v npm >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq npm >/dev/null)
+	cd tests/js && npm ci --no-audit --no-fund --silent
+	touch $@
+
 # HAProxy from Debian's packages, for `make cluster` and tests/test_cluster.py.
 haproxy:
 	@test -x /usr/sbin/haproxy || (apt-get update -qq && apt-get install -y -qq haproxy >/dev/null)
@@ -78,14 +88,14 @@ cluster: .env haproxy
 
 # Two xdist workers, one per core: each has its own test database (pytest-django's
 # suffix) and Redis database (config/settings_test.py); processes take free ports.
-test: venv browser haproxy
+test: venv browser haproxy axe
 	bash scripts/pytest.sh -n 2 --durations=12
 
 # The edit loop: no process, no browser (they run in `make test`), on both cores.
 test-fast: venv
 	bash scripts/pytest.sh -q -n 2 -m "not processes and not browser"
 
-test-postgres: venv browser haproxy
+test-postgres: venv browser haproxy axe
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/library} bash scripts/pytest.sh -n 2 --durations=12
 
 # The import contracts (pyproject.toml) hold the layout's arrows; `check` runs the

@@ -13,6 +13,7 @@ from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
@@ -93,9 +94,10 @@ def account_delete_view(request: HttpRequest) -> HttpResponse:
                 logout(request)
                 messages.success(
                     request,
-                    f"Your account is deleted, with {audit.lab_runs} lab runs, "
-                    f"{audit.predictions} predictions and your progress on "
-                    f"{audit.progress_rows} lessons.",
+                    f"Your account is deleted, with {audit.lab_runs} lab "
+                    f"run{pluralize(audit.lab_runs)}, {audit.predictions} "
+                    f"prediction{pluralize(audit.predictions)} and your progress on "
+                    f"{audit.progress_rows} lesson{pluralize(audit.progress_rows)}.",
                 )
                 return redirect("home")
         else:

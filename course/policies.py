@@ -22,6 +22,10 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 HOUR = datetime.timedelta(hours=1)
 
 
+def _runs(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"
+
+
 # --- Whose run goes next: round robin across owners ------------------------------
 
 
@@ -199,7 +203,7 @@ def quota_check(
     if usage.in_flight >= limits.in_flight:
         return Refusal(
             RefusalKind.BUSY,
-            f"You already have {usage.in_flight} runs waiting or running; let one "
+            f"You already have {_runs(usage.in_flight)} waiting or running; let one "
             f"finish, then run again (in about {wait} s).",
             wait,
         )
@@ -209,8 +213,9 @@ def quota_check(
     ):
         return Refusal(
             RefusalKind.BUSY,
-            f"{usage.address_in_flight} runs from your network are waiting or "
-            f"running; try again in about {wait} s, or sign in to run as yourself.",
+            f"{_runs(usage.address_in_flight)} from your network "
+            f"{'is' if usage.address_in_flight == 1 else 'are'} waiting or running; "
+            f"try again in about {wait} s, or sign in to run as yourself.",
             wait,
         )
     return _hourly(limits, usage, cost=cost, live=live, now=now)

@@ -20,7 +20,7 @@ import math
 import re
 import tomllib
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,11 @@ _VALUE = re.compile(
     r"\{\{\s*([a-z0-9_]+)\[([^\]]+)\]\.([a-z0-9_]+)(?:@([^}]*))?\s*\}\}"
 )
 _PARAM = re.compile(r"\{\{\s*param:([a-z0-9_]+)\s*\}\}")
+# {{site}}: the address the page was served from (scheme, host and port), as in a
+# `curl` line the learner copies. The cached text holds a plain word in its place
+# (Markdown, nh3 and Pygments leave it whole); site_fill puts the request's in.
+SITE = "{{site}}"
+_SITE_MARK = "librarylabsiteaddress"
 _BLOCK = re.compile(r"<p>\[\[(table|diagram):([a-z0-9_-]+)\]\]</p>")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\u2019-]*")
 _NUM = ' class="num"'
@@ -315,6 +320,15 @@ def placeholders_fill(
     return _PARAM.sub(param, _VALUE.sub(value, body))
 
 
+def _anchors_named(rendered: str, toc: tuple[Heading, ...]) -> str:
+    """Name each heading's "#" link for a screen reader: "Link to this section: …"."""
+    for heading in toc:
+        link = f'<a class="header-anchor" href="#{html.escape(heading.anchor)}"'
+        label = html.escape(f"Link to this section: {heading.text}")
+        rendered = rendered.replace(link, f'{link} aria-label="{label}"', 1)
+    return rendered
+
+
 def _toc(tokens: list[Any]) -> tuple[Heading, ...]:
     headings: list[Heading] = []
     for index, token in enumerate(tokens):
@@ -433,7 +447,7 @@ def _load(slug: str, text: str) -> LessonText:
     lab = lab_find(slug)
     tables = default_tables(slug)
     problems: list[str] = []
-    filled = placeholders_fill(body, tables, lab, problems)
+    filled = placeholders_fill(body.replace(SITE, _SITE_MARK), tables, lab, problems)
     tokens = _MD.parse(filled)
     rendered = _MD.renderer.render(tokens, _MD.options, {})
     clean = nh3.clean(
@@ -441,6 +455,12 @@ def _load(slug: str, text: str) -> LessonText:
         attributes=_ALLOWED_ATTRIBUTES,
         link_rel="noopener noreferrer",
         url_schemes={"http", "https", "mailto"},
+    )
+    toc = _toc(tokens)
+    clean = _anchors_named(clean, toc)
+    # A Markdown table scrolls inside its own box on a phone, not the whole page.
+    clean = clean.replace("<table>", '<div class="table-wrap"><table>').replace(
+        "</table>", "</table></div>"
     )
     columns = {
         str(name): _str_map(notes)
@@ -456,7 +476,7 @@ def _load(slug: str, text: str) -> LessonText:
     return LessonText(
         slug=slug,
         html=final,
-        toc=_toc(tokens),
+        toc=toc,
         words=prose_words(body),
         predict=_predict(meta, tables, lab, problems),
         columns=columns,
@@ -494,6 +514,13 @@ def _load(slug: str, text: str) -> LessonText:
 def _cached(slug: str, mtime_ns: int) -> LessonText:
     path = CONTENT_DIR / f"{slug}.md"
     return _load(slug, path.read_text(encoding="utf-8"))
+
+
+def site_fill(text: LessonText, origin: str) -> LessonText:
+    """Return ``text`` with ``{{site}}`` read as ``origin`` ("http://host:port")."""
+    if _SITE_MARK not in text.html:
+        return text
+    return replace(text, html=text.html.replace(_SITE_MARK, html.escape(origin)))
 
 
 def lesson_text(slug: str) -> LessonText | None:

@@ -57,7 +57,7 @@ from course.services.learners import (
     progress_mark_read,
 )
 from course.sourcecode import source_render
-from course.textbook import LessonText, lesson_text
+from course.textbook import LessonText, lesson_text, site_fill
 from course.visitors import (
     client_address,
     session_progress,
@@ -156,6 +156,8 @@ def _render_lesson(
     offer: JobStatus | None = None,
 ) -> HttpResponse:
     text = lesson_text(lesson.slug)
+    if text is not None:  # {{site}}: the address this page was asked for
+        text = site_fill(text, request.build_absolute_uri("/").rstrip("/"))
     job_payload = None
     job_missing = False
     job_joined = False

@@ -58,7 +58,10 @@ def branch_live(request: HttpRequest, branch_id: int) -> HttpResponse:
         # one, so their tabs count once and they count apart from their neighbours
         # behind the same address.
         request.session["live_viewer"] = True
-    return render(request, "realtime/live.html", {"branch": branch})
+    # The rows as they stand now, so the page is laid out before the socket's first
+    # snapshot arrives (it replaces them with the same rows: nothing moves).
+    books = branch.books.order_by("id").values("id", "title", "on_shelf")
+    return render(request, "realtime/live.html", {"branch": branch, "books": books})
 
 
 # --- polling and server-sent events (realtime.polling, realtime.sse) -----------------

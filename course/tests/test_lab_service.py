@@ -170,7 +170,7 @@ def test_an_operator_sets_one_learners_quota(redis_client):
     assert client.post(RUN, {"seed": "1"}, headers=JSON).status_code == 202
     refused = client.post(RUN, {"seed": "2"}, headers=JSON)
     assert refused.status_code == 429
-    assert "1 runs waiting or running" in refused.json()["error"]
+    assert "1 run waiting or running" in refused.json()["error"]
 
 
 @override_settings(LAB_QUEUE_CAPACITY=2)

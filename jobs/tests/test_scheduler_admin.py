@@ -50,8 +50,15 @@ def test_staff_with_view_permission_sees_definition_policy_and_lease(
     assert "2026-03-01 05:00:00 +03" in html  # the same instant, Istanbul time
     assert holder.owner in html  # the current lock holder
     assert html.count(">free<") == 1  # inventory_summary's lease is free
-    assert '<td class="field-skipped_total">1</td>' in html
-    assert '<td class="field-missed_total">2</td>' in html
+    # The totals share one cell, a line each (the list fits 1280 px: see
+    # jobs/tests/test_scheduler_browser.py).
+    cells = [
+        cell.split("</td>")[0] for cell in html.split('<td class="field-totals">')[1:]
+    ]
+    assert any(
+        all(f">{total}<" in cell for total in ("4 runs", "1 skipped", "2 missed"))
+        for cell in cells
+    )
 
 
 def test_the_list_is_read_only_even_for_superusers(admin_client, states):

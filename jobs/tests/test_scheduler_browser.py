@@ -96,3 +96,43 @@ def test_an_operator_runs_pauses_and_resumes_a_task_from_the_list(
     ]
     assert ScheduledTaskState.objects.get(name="inventory_summary").paused_at is None
     assert errors == []
+
+
+def test_the_list_fits_a_1280_px_screen_beside_the_sidebar(
+    live_site, browser, monkeypatch
+):
+    """Next run, lock holder and totals are on screen, not behind a sideways scroll."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from django.contrib.auth import get_user_model
+
+    from jobs.scheduler import TASKS_BY_NAME
+
+    get_user_model().objects.create_superuser("operator", password=PASSWORD)
+    for name in TASKS_BY_NAME:
+        ScheduledTaskState.objects.create(
+            name=name,
+            next_run_at=datetime.datetime(2026, 3, 1, 2, tzinfo=datetime.UTC),
+            last_run_at=datetime.datetime(2026, 2, 1, 2, tzinfo=datetime.UTC),
+            last_outcome="ran",
+            runs_total=123456,
+            skipped_total=3,
+            missed_total=2,
+        )
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{live_site}/admin/login/?next=/admin/jobs/scheduledtaskstate/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/jobs/scheduledtaskstate/")
+    assert page.locator("#nav-sidebar").is_visible()
+    table, box = page.evaluate(
+        "[document.querySelector('#result_list').scrollWidth,"
+        " document.querySelector('#changelist-form .results').clientWidth]"
+    )
+    assert table <= box, f"the list is {table} px wide in a {box} px box"
+    for column in ("next run (UTC, local)", "lock holder", "totals"):
+        header = page.locator("#result_list thead th", has_text=column)
+        right = header.bounding_box()
+        assert right is not None
+        assert right["x"] + right["width"] <= 1280
+    assert page.locator("#result_list td.field-totals").first.is_visible()

@@ -71,7 +71,7 @@ def test_charts_are_drawn_at_desktop_and_phone_width(live_site, browser, monkeyp
             assert box is not None
             # Fits the screen: no chart is wider than the viewport.
             assert 0 < box["width"] <= width
-        legend = page.locator("#chart-cache-hit-ratio .u-legend").inner_text()
+        legend = page.locator("#chart-cache-hit-ratio .latest").inner_text()
         assert "books" in legend
         overflow = page.evaluate(
             "document.documentElement.scrollWidth - window.innerWidth"

@@ -390,3 +390,11 @@ def test_return_post_without_csrf_token_is_refused(csrf_client, book, member):
     assert response.status_code == 403
     loan.refresh_from_db()
     assert loan.is_open
+
+
+def test_counts_of_one_are_singular(client, redis_client):
+    """ "1 branches", "1 lessons": every count in a sentence goes through pluralize."""
+    Branch.objects.create(name="Only", city="Ankara")
+    page = client.get("/").content.decode()
+    assert "One branch · one catalogue" in page
+    assert "One branches" not in page

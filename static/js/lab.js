@@ -16,6 +16,10 @@
  *    finished identical live run (200 with offer): the learner then takes its
  *    result or runs their own anyway. A refusal names why, and a 429/503 when a
  *    retry helps (Retry-After): the Run button counts down to it.
+ * 7. Focus is never dropped: Run disables its button, so focus moves to the progress
+ *    line, and to the result once it arrives (unless the learner has moved on). A
+ *    rejected field gets aria-invalid and its error in its aria-describedby. Only
+ *    the state badge is a live region: the tables are not read out as they appear.
  */
 (function () {
   "use strict";
@@ -72,12 +76,48 @@
     return box;
   }
 
+  // --- focus -----------------------------------------------------------------------
+  // Focus what the learner should read next, if focus would otherwise be lost (on
+  // the body, on a disabled button, or on the last place this script put it).
+  let placed = null;
+  let awaiting = false; // a run started from this page: its result takes the focus
+  function focusLost() {
+    const active = document.activeElement;
+    return !active || active === document.body || active === placed || active.disabled;
+  }
+
+  function place(element) {
+    if (!element) return;
+    if (!element.hasAttribute("tabindex")) element.setAttribute("tabindex", "-1");
+    placed = element;
+    element.focus();
+  }
+
   // --- form ------------------------------------------------------------------------
+  function describedBy(input, id, on) {
+    const ids = (input.getAttribute("aria-describedby") || "").split(/\s+/).filter((x) => x && x !== id);
+    if (on) ids.push(id);
+    if (ids.length) input.setAttribute("aria-describedby", ids.join(" "));
+    else input.removeAttribute("aria-describedby");
+  }
+
+  function fieldParts(field) {
+    const input = field.querySelector("input:not([type=hidden]), select, textarea");
+    const error = field.querySelector("[data-field-error]");
+    if (input && error && !error.id) error.id = `${input.id}_error`;
+    return { input, error };
+  }
+
   function clearErrors() {
     formErrors.replaceChildren();
     form.querySelectorAll("[data-field]").forEach((field) => {
+      const { input, error } = fieldParts(field);
       field.classList.remove("has-error");
-      field.querySelector("[data-field-error]").textContent = "";
+      error.textContent = "";
+      if (input) {
+        input.removeAttribute("aria-invalid");
+        describedBy(input, error.id, false);
+      }
     });
   }
 
@@ -85,14 +125,20 @@
     for (const [name, messages] of Object.entries(errors || {})) {
       const field = form.querySelector(`[data-field="${CSS.escape(name)}"]`);
       if (field) {
+        const { input, error } = fieldParts(field);
         field.classList.add("has-error");
-        field.querySelector("[data-field-error]").textContent = messages.join(" ");
+        error.textContent = messages.join(" ");
+        if (input) {
+          input.setAttribute("aria-invalid", "true");
+          describedBy(input, error.id, true);
+        }
       } else {
         formErrors.appendChild(alertBox("error", messages.join(" ")));
       }
     }
     const first = form.querySelector(".has-error input");
     if (first) first.focus();
+    else if (formErrors.firstChild) place(formErrors.firstChild);
   }
 
   function setBusy(busy) {
@@ -178,6 +224,7 @@
     } catch (error) {
       formErrors.appendChild(alertBox("error", "The server could not be reached. Check the connection and run again."));
       setBusy(false);
+      place(formErrors.lastChild);
       return;
     }
     const body = await response.json().catch(() => ({}));
@@ -186,6 +233,8 @@
       history.replaceState(null, "", body.lesson_url);
       follow(body.job, 0);
       showShared(body.message);
+      awaiting = true;
+      if (focusLost()) place(messageLine);
       return;
     }
     setBusy(false);
@@ -199,10 +248,13 @@
       formErrors.appendChild(refusalBox(body));
       const retry = Number(response.headers.get("Retry-After"));
       if (retry > 0) holdUntilRetry(retry);
+      if (focusLost()) place(formErrors.lastChild);
     } else if (response.status === 403) {
       formErrors.appendChild(alertBox("error", "The page's security token is no longer valid. Reload the page and run again."));
+      if (focusLost()) place(formErrors.lastChild);
     } else {
       formErrors.appendChild(alertBox("error", `The run could not be started (HTTP ${response.status}). Try again in a moment.`));
+      if (focusLost()) place(formErrors.lastChild);
     }
   });
 
@@ -305,6 +357,8 @@
   function showJob(job) {
     showState(job);
     if (!job.finished) return;
+    const moveFocus = awaiting && focusLost();
+    awaiting = false;
     setBusy(false);
     if (job.state === "done" && job.result) {
       renderResult(job.result);
@@ -322,6 +376,7 @@
     } else {
       output.replaceChildren(alertBox("warning", `The run ended as ${job.state}.`));
     }
+    if (moveFocus && output.firstElementChild) place(output.firstElementChild);
   }
 
   // The server writes "what just happened" from the stored run: the parameters moved,

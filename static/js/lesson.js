@@ -1,6 +1,9 @@
 /* Lesson page: keep a signed-in learner's progress, and follow the table of contents.
  *
- * 1. The lesson counts as read once its last section (the summary) has been on screen.
+ * 1. The lesson counts as read once the learner has spent a share of its reading time
+ *    (READ_SHARE of the minutes the page states) with its text on screen, in a tab in
+ *    front: time with the text scrolled away or the tab hidden does not count. A fast
+ *    scroll to the bottom counts nothing; the "Mark as read" button counts at once.
  * 2. Opening a question's answer records it (once per question).
  * 3. The "Mark as read" form is sent in the background when scripts run.
  * 4. The table of contents marks the section being read.
@@ -37,14 +40,31 @@
     });
   }
 
-  // 1. The summary seen.
-  const headings = document.querySelectorAll("[data-lesson-text] h2");
-  const last = headings.length ? headings[headings.length - 1] : null;
-  if (config && !config.read && last && "IntersectionObserver" in window) {
-    const seen = new IntersectionObserver((entries) => {
-      if (entries.some((entry) => entry.isIntersecting)) { seen.disconnect(); markRead(); }
+  // 1. Time spent with the text on screen.
+  const READ_SHARE = 0.5; // the estimate is at 220 words a minute; a quick reader halves it
+  const TICK_MS = 1000;
+  const text = document.querySelector("[data-lesson-text]");
+  if (config && !config.read && text && config.minutes > 0 && "IntersectionObserver" in window) {
+    const needed = config.minutes * 60 * 1000 * READ_SHARE;
+    let onScreen = false;
+    let spent = 0;
+    let last = null;
+    const watch = new IntersectionObserver((entries) => {
+      entries.forEach((entry) => { onScreen = entry.isIntersecting; });
     });
-    seen.observe(last);
+    watch.observe(text);
+    const timer = setInterval(() => {
+      const now = performance.now();
+      const counting = onScreen && document.visibilityState === "visible";
+      // A tick that came late (a throttled or sleeping tab) adds one tick, no more.
+      if (counting && last !== null) spent += Math.min(now - last, TICK_MS * 2);
+      last = counting ? now : null;
+      if (spent >= needed || config.read) {
+        clearInterval(timer);
+        watch.disconnect();
+        markRead();
+      }
+    }, TICK_MS);
   }
 
   // 2. Answers opened.
@@ -53,7 +73,7 @@
   function countAnswered() {
     let opened = 0;
     questions.forEach((q) => { if (q.hasAttribute("data-answered")) opened += 1; });
-    if (answersChip) answersChip.textContent = `${opened} of ${questions.length} answers opened`;
+    if (answersChip) answersChip.textContent = `${opened} of ${questions.length} answer${questions.length === 1 ? "" : "s"} opened`;
   }
   questions.forEach((question) => {
     question.addEventListener("toggle", () => {

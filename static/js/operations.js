@@ -12,6 +12,7 @@
 (function () {
   "use strict";
 
+  // The lines' colours, in this order; operations.css colours the legend's swatches.
   const PALETTE = ["#0f766e", "#f59e0b", "#6366f1", "#e11d48", "#0891b2", "#65a30d", "#a21caf", "#78716c"];
   const HEIGHT = 220;
 
@@ -59,9 +60,11 @@
           values: (u, splits) => splits.map(formatNumber),
         },
       ],
-      // Names and colours only: the newest values are listed under the chart,
-      // where a phone (no hover) can read them too.
-      legend: { live: false },
+      // The legend is the page's own list under the chart (names, colours and the
+      // newest values, rendered with the page): it takes its place before this
+      // script runs, so drawing the chart moves nothing (operations.css has the
+      // same palette, line by line).
+      legend: { show: false },
       series: [
         { label: "time" },
         ...chart.lines.map((line, index) => ({

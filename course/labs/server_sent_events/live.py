@@ -77,7 +77,12 @@ def live(params: Params, progress: Progress) -> Tables:
         client_for(servers[0]) as client,
     ):
         before = counters_read()
-        live_step(progress, 0.3, f"first connection: {first_count} events, then cut")
+        live_step(
+            progress,
+            0.3,
+            f"first connection: {first_count} event{'' if first_count == 1 else 's'}, "
+            "then cut",
+        )
         headers = {"Last-Event-ID": str(start)}
         with client.stream("GET", url, headers=headers, timeout=timeout) as response:
             if response.status_code != 200:
