@@ -274,8 +274,9 @@ def _lines_text(count: int, what: str) -> str:
 
 def _snippet_lines(
     rows: list[str], plain: list[str], kept: list[int], start: int
-) -> str:
-    """Join highlighted rows with their real line numbers, marking each gap.
+) -> tuple[str, int]:
+    """Join highlighted rows with their real line numbers, marking each gap; return
+    the html and the number of lines shown.
 
     A gap of blank lines only is shown as it is: marking it would say nothing.
     """
@@ -290,17 +291,18 @@ def _snippet_lines(
             if gap:
                 hidden = _lines_text(len(gap), "line")
                 out.append(f'<span class="elided">   ⋯ {hidden} not shown</span>')
-        for shown in [*kept_gap, number]:
-            real = start + shown - 1
+        for line_number in [*kept_gap, number]:
+            real = start + line_number - 1
             out.append(
                 f'<span class="ln" aria-hidden="true">{real:>4}</span> '
-                f"{rows[shown - 1]}"
+                f"{rows[line_number - 1]}"
             )
         previous = number
     if kept and kept[-1] < len(rows):
         rest = _lines_text(len(rows) - kept[-1], "more line")
         out.append(f'<span class="elided">   ⋯ {rest} in the full view</span>')
-    return "\n".join(out)
+    shown = sum(1 for line in out if line.startswith('<span class="ln"'))
+    return "\n".join(out), shown
 
 
 @lru_cache(maxsize=256)
@@ -310,6 +312,7 @@ def _snippet(ref: str, path: Path, mtime_ns: int, start: int, end: int) -> Snipp
     lexer = get_lexer_for_filename(path.name, stripnl=False)
     rows = highlight(source, lexer, HtmlFormatter(nowrap=True)).split("\n")
     kept = _kept_lines(source, len(lines), SNIPPET_MAX_LINES)
+    body, shown = _snippet_lines(rows[: len(lines)], lines, kept, start)
     signature = next(
         (
             line.strip()
@@ -319,12 +322,9 @@ def _snippet(ref: str, path: Path, mtime_ns: int, start: int, end: int) -> Snipp
         ref,
     )
     return Snippet(
-        html=(
-            '<pre class="highlight code-snippet"><code>'
-            f"{_snippet_lines(rows[: len(lines)], lines, kept, start)}</code></pre>"
-        ),
+        html=f'<pre class="highlight code-snippet"><code>{body}</code></pre>',
         signature=signature,
-        shown=len(kept),
+        shown=shown,
         total=len(lines),
     )
 
