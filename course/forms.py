@@ -10,6 +10,17 @@ from django import forms
 from course.labs.harness.base import Lab, ParamError, Params
 from course.services.labqueue import Choice
 
+PREDICTION_ERROR = "Give a number, like 12 or 8.5."
+
+
+def prediction_parse(text: str) -> float | None:
+    """Return a learner's guess as a number ("1,200", "8.5 %" too), or None."""
+    try:
+        number = float(text.replace(",", "").rstrip("%").strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and abs(number) < 1e15 else None
+
 
 class LabForm(forms.Form):
     """One text field per parameter, parsed with the same rules as ``lab --set``.
@@ -136,14 +147,9 @@ class LabForm(forms.Form):
                 self.add_error(param.name, str(error))
         guess = cleaned.get(self.PREDICTION_FIELD)
         if guess:
-            try:
-                number = float(str(guess).replace(",", "").rstrip("%").strip())
-            except ValueError:
-                number = math.nan
-            if math.isfinite(number) and abs(number) < 1e15:
-                self.prediction = number
-            else:
-                self.add_error(self.PREDICTION_FIELD, "Give a number, like 12 or 8.5.")
+            self.prediction = prediction_parse(str(guess))
+            if self.prediction is None:
+                self.add_error(self.PREDICTION_FIELD, PREDICTION_ERROR)
         self.choice = Choice(cleaned.get(self.CHOICE_FIELD) or Choice.AUTO.value)
         if cleaned.get(self.LIVE_FIELD):
             if not self.live_refusal:

@@ -10,12 +10,13 @@ from typing import Any
 
 from django.urls import NoReverseMatch, reverse
 
-from course.interpret import Interpretation, run_interpret
+from course.forms import PREDICTION_ERROR, prediction_parse
+from course.interpret import Interpretation, figure_text, run_interpret
 from course.labs.harness.base import Lab
 from course.labs.registry import LABS
 from course.lessons import AREA_OUTCOMES, LESSONS, Area, Lesson, lessons_by_area
 from course.selectors import LIVE_KEY, NO_PROGRESS, PREDICTION_KEY, ProgressView
-from course.sourcecode import CodeRef, RefError, ref_resolve
+from course.sourcecode import CodeRef, RefError, Snippet, ref_resolve, ref_snippet
 from course.textbook import LessonText, lesson_text
 from jobs.models import JobStatus
 
@@ -89,6 +90,7 @@ class CodeLinkView:
     text: str
     target: CodeRef | None
     url: str
+    snippet: Snippet | None = None
 
 
 def code_links(text: LessonText | None) -> list[CodeLinkView]:
@@ -102,13 +104,15 @@ def code_links(text: LessonText | None) -> list[CodeLinkView]:
         except (RefError, ImportError):
             target = None  # shown without a link; lesson_check and the tests fail on it
         url = ""
+        snippet = None
         if target is not None:
             lines = f"{target.start}-{target.end}"
             url = (
                 f"{reverse('course-source', args=[target.path])}?lines={lines}"
                 f"#{target.anchor}"
             )
-        links.append(CodeLinkView(link.ref, link.text, target, url))
+            snippet = ref_snippet(link.ref)
+        links.append(CodeLinkView(link.ref, link.text, target, url, snippet))
     return links
 
 
@@ -166,3 +170,59 @@ def run_explain(
         live=stored.get(LIVE_KEY) is True,
         prediction=prediction,
     )
+
+
+# --- predict first, then reveal -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PredictState:
+    """Whether the parts of a lesson that give the answer away are open, and why.
+
+    Open once the learner predicted (the top form, sent without JavaScript as
+    ``?prediction=``, or a run that kept its ``_prediction``) or asked to see them
+    (``?reveal=1``). ``context`` says whose parameters the question is about.
+    """
+
+    revealed: bool
+    value: float | None
+    error: str
+    context: str
+
+    @property
+    def value_text(self) -> str:
+        return figure_text(self.value) if self.value is not None else ""
+
+
+def params_context(lab: Lab, values: dict[str, Any]) -> str:
+    """Say which parameters a prediction is for: the defaults, or the changed ones."""
+    changed = [
+        f"{param.name}={param.text(values[param.name])}"
+        for param in lab.params
+        if param.name in values and values[param.name] != param.default
+    ]
+    if not changed:
+        return "With the defaults (the lesson's run):"
+    return (
+        f"With your parameters ({', '.join(changed)}), not the defaults the "
+        "question describes:"
+    )
+
+
+def predict_state(
+    *, lab: Lab | None, query: dict[str, str], stored: dict[str, Any] | None
+) -> PredictState:
+    """Read the reveal state of a lesson page from its query and the run shown."""
+    run_params = stored or {}
+    value = _stored_prediction(run_params)
+    error = ""
+    raw = query.get("prediction", "").strip()
+    if raw:
+        guess = prediction_parse(raw)
+        if guess is None:
+            error = PREDICTION_ERROR
+        else:
+            value = guess
+    revealed = value is not None or bool(query.get("reveal"))
+    context = params_context(lab, run_params) if lab is not None else ""
+    return PredictState(revealed, value, error, context)

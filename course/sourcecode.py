@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -203,3 +204,154 @@ def source_render(relative: str, *, start: int = 0, end: int = 0) -> SourcePage 
     if start < 0 or end < start or end - start > 2000:
         start = end = 0
     return _render(path, stat.st_mtime_ns, start, end)
+
+
+# --- the code on the lesson page ----------------------------------------------------
+
+# A definition longer than this is trimmed on the lesson page (the link shows it all).
+SNIPPET_MAX_LINES = 36
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """A reference's definition as the lesson page shows it, highlighted."""
+
+    html: str  # <pre> of highlighted lines, each with its line number
+    signature: str  # the first line of the definition, plain text
+    shown: int  # lines shown (elision markers not counted)
+    total: int  # lines of the whole definition
+
+    @property
+    def trimmed(self) -> bool:
+        return self.shown < self.total
+
+
+_Def = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _header_end(node: _Def) -> int:
+    """Return the last line of a definition's header: signature and docstring."""
+    first = node.body[0]
+    is_doc = (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    )
+    if is_doc:
+        return first.end_lineno or first.lineno
+    return max(node.lineno, first.lineno - 1)
+
+
+def _def_start(node: _Def) -> int:
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)])
+
+
+def _kept_lines(source: str, total: int, limit: int) -> list[int]:
+    """Return the 1-based lines of ``source`` worth showing when it is too long.
+
+    A class keeps its header and docstring and the signature of every method (an
+    outline); a function keeps its head. Either is cut at ``limit`` lines.
+    """
+    if total <= limit:
+        return list(range(1, total + 1))
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return list(range(1, limit + 1))
+    top = tree.body[0] if tree.body else None
+    if isinstance(top, ast.ClassDef):
+        kept = list(range(1, _header_end(top) + 1))
+        for node in top.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                kept += range(_def_start(node), node.body[0].lineno)
+        return sorted(set(kept))[:limit]
+    return list(range(1, limit + 1))
+
+
+def _lines_text(count: int, what: str) -> str:
+    return f"{count} {what if count == 1 else what + 's'}"
+
+
+def _snippet_lines(
+    rows: list[str], plain: list[str], kept: list[int], start: int
+) -> tuple[str, int]:
+    """Join highlighted rows with their real line numbers, marking each gap; return
+    the html and the number of lines shown.
+
+    A gap of blank lines only is shown as it is: marking it would say nothing.
+    """
+    out: list[str] = []
+    previous = 0
+    for number in kept:
+        gap = range(previous + 1, number)
+        if gap and all(not plain[n - 1].strip() for n in gap):
+            kept_gap = list(gap)
+        else:
+            kept_gap = []
+            if gap:
+                hidden = _lines_text(len(gap), "line")
+                out.append(f'<span class="elided">   ⋯ {hidden} not shown</span>')
+        for line_number in [*kept_gap, number]:
+            real = start + line_number - 1
+            out.append(
+                f'<span class="ln" aria-hidden="true">{real:>4}</span> '
+                f"{rows[line_number - 1]}"
+            )
+        previous = number
+    if kept and kept[-1] < len(rows):
+        rest = _lines_text(len(rows) - kept[-1], "more line")
+        out.append(f'<span class="elided">   ⋯ {rest} in the full view</span>')
+    shown = sum(1 for line in out if line.startswith('<span class="ln"'))
+    return "\n".join(out), shown
+
+
+@lru_cache(maxsize=256)
+def _snippet(ref: str, path: Path, mtime_ns: int, start: int, end: int) -> Snippet:
+    lines = path.read_text(encoding="utf-8").splitlines()[start - 1 : end]
+    source = "\n".join(lines) + "\n"
+    lexer = get_lexer_for_filename(path.name, stripnl=False)
+    rows = highlight(source, lexer, HtmlFormatter(nowrap=True)).split("\n")
+    kept = _kept_lines(source, len(lines), SNIPPET_MAX_LINES)
+    body, shown = _snippet_lines(rows[: len(lines)], lines, kept, start)
+    signature = next(
+        (
+            line.strip()
+            for line in lines
+            if line.strip() and not line.lstrip().startswith("@")
+        ),
+        ref,
+    )
+    return Snippet(
+        html=f'<pre class="highlight code-snippet"><code>{body}</code></pre>',
+        signature=signature,
+        shown=shown,
+        total=len(lines),
+    )
+
+
+def ref_snippet(ref: str) -> Snippet:
+    """Return the highlighted definition ``ref`` names, trimmed when long.
+
+    Read from the file at render time (cached per process and file modification
+    time), so the page shows the code as it is, not as the lesson was written.
+    A module shows its docstring. Raise RefError when the reference does not resolve.
+    """
+    target = ref_resolve(ref)
+    path = ROOT / target.path
+    start, end = target.start, target.end
+    if start == end == 1 and path.suffix == ".py":
+        start, end = _module_doc_lines(path)
+    return _snippet(ref, path, path.stat().st_mtime_ns, start, end)
+
+
+def _module_doc_lines(path: Path) -> tuple[int, int]:
+    """Return the lines of a module's docstring (its first line if it has none)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    first = tree.body[0] if tree.body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return first.lineno, first.end_lineno or first.lineno
+    return 1, 1

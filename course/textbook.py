@@ -29,6 +29,7 @@ import nh3
 from django.templatetags.static import static
 from markdown_it import MarkdownIt
 from mdit_py_plugins.anchors import anchors_plugin
+from mdit_py_plugins.container import container_plugin
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
@@ -87,12 +88,32 @@ class Question:
 
 
 @dataclass(frozen=True)
+class Breakdown:
+    """Which cells of a run the predicted figure is made of, and how.
+
+    Shown when a prediction misses: the run's own values of ``columns`` in ``row``
+    of ``table`` (model and live), with ``text`` saying how they add up.
+    """
+
+    text: str
+    table: str
+    row: str
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Predict:
     prompt: str
     table: str
     row: str
     column: str
     unit: str = ""
+    # Blocks of the body that give the answer away: "table:NAME", "diagram:NAME".
+    reveals: tuple[str, ...] = ()
+    # Phrases (or "table:NAME", "diagram:NAME") where the predicted number stands
+    # for something else, so lesson_check does not count them as giving it away.
+    unrelated: tuple[str, ...] = ()
+    breakdown: Breakdown | None = None
 
 
 @dataclass(frozen=True)
@@ -126,11 +147,21 @@ class LessonText:
     columns: dict[str, dict[str, str]]
     params: dict[str, str]
     live: str
+    # Per live table (its model name) and column: why live and model may differ.
+    live_columns: dict[str, dict[str, str]]
+    # Per live table (its model name): live column -> the model column it measures
+    # under another name ([live.compare.NAME]); same names pair by themselves.
+    live_compare: dict[str, dict[str, str]]
     code: tuple[CodeLink, ...]
     see: tuple[SeeLink, ...]
     questions: tuple[Question, ...]
     tables: tuple[str, ...]
     figures: tuple[Figure, ...]
+    # The body with the parts that give the prediction away opened (a learner who
+    # predicted, or chose to see them); ``html`` has them closed.
+    html_revealed: str = ""
+    # Blocks held back until the prediction: "table:NAME", "diagram:NAME".
+    held: tuple[str, ...] = ()
     problems: tuple[str, ...] = field(default=())
 
     @property
@@ -231,18 +262,42 @@ def _text(value: object) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+def _strings(raw: object) -> tuple[str, ...]:
+    if not isinstance(raw, list):
+        return ()
+    return tuple(_text(item) for item in raw if _text(item))
+
+
+def _breakdown(raw: object, table: str, row: str) -> Breakdown | None:
+    if not isinstance(raw, dict):
+        return None
+    return Breakdown(
+        text=_text(raw.get("text")),
+        table=_text(raw.get("table")) or table,
+        row=_text(raw.get("row")) or row,
+        columns=_strings(raw.get("columns")),
+    )
+
+
 def _predict(
     meta: dict[str, Any], tables: Tables, lab: Lab | None, problems: list[str]
 ) -> Predict | None:
     raw = meta.get("predict")
     if not isinstance(raw, dict):
         return None
+    table, row = _text(raw.get("table")), _text(raw.get("row"))
     return Predict(
         prompt=placeholders_fill(_text(raw.get("prompt")), tables, lab, problems),
-        table=_text(raw.get("table")),
-        row=_text(raw.get("row")),
+        table=table,
+        row=row,
         column=_text(raw.get("column")),
         unit=_text(raw.get("unit")),
+        reveals=_strings(raw.get("reveals")),
+        unrelated=tuple(
+            placeholders_fill(phrase, tables, lab, problems)
+            for phrase in _strings(raw.get("unrelated"))
+        ),
+        breakdown=_breakdown(raw.get("breakdown"), table, row),
     )
 
 
@@ -274,12 +329,63 @@ def _highlight(code: str, language: str, _attrs: str) -> str:
     return f'<pre class="highlight"><code>{body}</code></pre>\n'
 
 
+# "::: answer" ... ":::" marks prose that gives the predicted figure away. markdown-it
+# renders it as this <aside> (raw HTML is off, so a lesson cannot write one itself);
+# after nh3 it becomes a <details> held closed until the learner predicts.
+HOLD_CONTAINER = "answer"
+_HOLD_ASIDE_OPEN = '<aside class="answer-hold">'
+_HOLD_ASIDE_CLOSE = "</aside>"
+_HOLD_OPEN = '<details class="answer-hold" data-answer-hold>'
+_HOLD_OPEN_REVEALED = '<details class="answer-hold is-revealed" data-answer-hold open>'
+
+
+def _hold_render(
+    _renderer: object, tokens: list[Any], index: int, _options: object, _env: object
+) -> str:
+    return _HOLD_ASIDE_OPEN + "\n" if tokens[index].nesting == 1 else "</aside>\n"
+
+
+def _hold_start(what: str) -> str:
+    """Open a held-back block: closed, its summary saying what it holds and why."""
+    return (
+        f"{_HOLD_OPEN}<summary>"
+        '<span class="answer-hold-title">Held back until you predict</span> '
+        f'<span class="answer-hold-what">{what} gives away the figure the lab asks '
+        "you to predict. Predict first, or open it here.</span></summary>"
+        '<div class="answer-hold-body">'
+    )
+
+
+_HOLD_END = "</div></details>"
+
+
+def _held(what: str, inner: str) -> str:
+    return f"{_hold_start(what)}{inner}{_HOLD_END}"
+
+
+def _hold_spans(rendered: str, problems: list[str]) -> list[tuple[int, int]]:
+    """Return the (start, end) offsets of every "::: answer" block, unnested."""
+    spans: list[tuple[int, int]] = []
+    position = 0
+    while (start := rendered.find(_HOLD_ASIDE_OPEN, position)) >= 0:
+        end = rendered.find(_HOLD_ASIDE_CLOSE, start)
+        if end < 0:
+            problems.append("::: answer: a block that never ends")
+            break
+        if rendered.find(_HOLD_ASIDE_OPEN, start + 1, end) >= 0:
+            problems.append("::: answer: blocks cannot be nested")
+        spans.append((start, end + len(_HOLD_ASIDE_CLOSE)))
+        position = end + len(_HOLD_ASIDE_CLOSE)
+    return spans
+
+
 def _markdown() -> MarkdownIt:
     md = MarkdownIt(
         "commonmark", {"html": False, "highlight": _highlight, "typographer": True}
     )
     md.enable(["table", "strikethrough", "replacements", "smartquotes"])
     anchors_plugin(md, min_level=2, max_level=3, permalink=True, permalinkSymbol="#")
+    container_plugin(md, HOLD_CONTAINER, render=_hold_render)
     return md
 
 
@@ -407,8 +513,11 @@ def _table_html(name: str, table: Table, notes: dict[str, str]) -> str:
 
 def _figure_html(figure: Figure, static_url: str) -> str:
     return (
-        f'<figure class="diagram"><img src="{html.escape(static_url)}" '
-        f'alt="{html.escape(figure.desc)}" loading="lazy" decoding="async">'
+        f'<figure class="diagram" data-diagram="{html.escape(figure.name)}">'
+        f'<a class="diagram-zoom" href="{html.escape(static_url)}" '
+        'title="Open the diagram full size">'
+        f'<img src="{html.escape(static_url)}" '
+        f'alt="{html.escape(figure.desc)}" loading="lazy" decoding="async"></a>'
         f"<figcaption>{html.escape(figure.title)}</figcaption></figure>"
     )
 
@@ -417,10 +526,22 @@ def _blocks(
     rendered: str,
     tables: Tables,
     columns: dict[str, dict[str, str]],
+    reveals: tuple[str, ...],
     problems: list[str],
-) -> tuple[str, list[str], list[Figure]]:
+) -> tuple[str, list[str], list[Figure], list[str]]:
+    """Put in the tables and figures, and hold back what gives the answer away.
+
+    A block inside "::: answer" is held with the prose around it; one that
+    ``reveals`` names is held on its own. Return the html, the tables and figures
+    shown, and the blocks held ("table:NAME", "diagram:NAME").
+    """
     shown: list[str] = []
     figures: list[Figure] = []
+    held: list[str] = []
+    spans = _hold_spans(rendered, problems)
+
+    def inside(position: int) -> bool:
+        return any(start <= position < end for start, end in spans)
 
     def block(match: re.Match[str]) -> str:
         kind, name = match.groups()
@@ -429,17 +550,67 @@ def _blocks(
                 problems.append(f"[[table:{name}]]: the model has no table {name!r}")
                 return ""
             shown.append(name)
-            return _table_html(name, tables[name], columns.get(name, {}))
-        figure = diagram_read(name)
-        if figure is None:
-            problems.append(
-                f"[[diagram:{name}]]: no readable {name}.svg in {DIAGRAM_DIR}"
-            )
-            return ""
-        figures.append(figure)
-        return _figure_html(figure, static(DIAGRAM_STATIC.format(name=name)))
+            out = _table_html(name, tables[name], columns.get(name, {}))
+            what = f"The table <code>{html.escape(name)}</code>"
+        else:
+            figure = diagram_read(name)
+            if figure is None:
+                problems.append(
+                    f"[[diagram:{name}]]: no readable {name}.svg in {DIAGRAM_DIR}"
+                )
+                return ""
+            figures.append(figure)
+            out = _figure_html(figure, static(DIAGRAM_STATIC.format(name=name)))
+            what = "This diagram"
+        marker = f"{kind}:{name}"
+        if inside(match.start()):
+            held.append(marker)
+        elif marker in reveals:
+            held.append(marker)
+            out = _held(what, out)
+        return out
 
-    return _BLOCK.sub(block, rendered), shown, figures
+    final = _BLOCK.sub(block, rendered)
+    for marker in reveals:
+        if marker not in held:
+            problems.append(f"[predict] reveals {marker!r}: no such block in the body")
+    final = final.replace(_HOLD_ASIDE_OPEN, _hold_start("This passage")).replace(
+        _HOLD_ASIDE_CLOSE, _HOLD_END
+    )
+    return _holds_merged(final), shown, figures, held
+
+
+# A held block right after another: one fold for both, so the page does not stack
+# two "held back" bars (a table held by ``reveals`` and the sentence reading it).
+_HOLD_PAIR = re.compile(
+    re.escape(_HOLD_END) + r"\s*" + re.escape(_HOLD_OPEN) + r"<summary>.*?</summary>"
+    r'<div class="answer-hold-body">',
+    re.DOTALL,
+)
+_HOLD_WHAT = re.compile(r'(<span class="answer-hold-what">).*?( gives away)')
+
+
+def _holds_merged(rendered: str) -> str:
+    parts = _HOLD_PAIR.split(rendered)
+    if len(parts) == 1:
+        return rendered
+    merged = parts[0]
+    for part in parts[1:]:
+        # The fold now holds more than one kind of block: name it plainly.
+        start = merged.rfind(_HOLD_OPEN)
+        merged = merged[:start] + _HOLD_WHAT.sub(
+            r"\1This part\2", merged[start:], count=1
+        )
+        merged += "\n" + part
+    return merged
+
+
+def _live_map(raw: object, part: str) -> dict[str, dict[str, str]]:
+    """Return ``[live.<part>.NAME]`` tables as {NAME: {column: text}}."""
+    found = raw.get(part, {}) if isinstance(raw, dict) else {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(name): _str_map(notes) for name, notes in found.items()}
 
 
 def _load(slug: str, text: str) -> LessonText:
@@ -458,7 +629,7 @@ def _load(slug: str, text: str) -> LessonText:
     )
     toc = _toc(tokens)
     clean = _anchors_named(clean, toc)
-    # A Markdown table scrolls inside its own box on a phone, not the whole page.
+    # A Markdown table wider than a phone scrolls in its own box, not the page.
     clean = clean.replace("<table>", '<div class="table-wrap"><table>').replace(
         "</table>", "</table></div>"
     )
@@ -466,22 +637,21 @@ def _load(slug: str, text: str) -> LessonText:
         str(name): _str_map(notes)
         for name, notes in dict(meta.get("columns", {})).items()
     }
-    # A table written in the lesson's Markdown (a comparison, "In your broker") can
-    # be wider than a phone: it scrolls inside its own box, not the page.
-    clean = clean.replace(
-        "<table>", '<div class="table-wrap"><table class="prose-table">'
+    predict = _predict(meta, tables, lab, problems)
+    final, shown, figures, held = _blocks(
+        clean, tables, columns, predict.reveals if predict else (), problems
     )
-    clean = clean.replace("</table>", "</table></div>")
-    final, shown, figures = _blocks(clean, tables, columns, problems)
     return LessonText(
         slug=slug,
         html=final,
         toc=toc,
         words=prose_words(body),
-        predict=_predict(meta, tables, lab, problems),
+        predict=predict,
         columns=columns,
         params=_str_map(meta.get("params")),
         live=_text(dict(meta.get("live", {})).get("text")),
+        live_columns=_live_map(meta.get("live"), "columns"),
+        live_compare=_live_map(meta.get("live"), "compare"),
         code=tuple(
             CodeLink(_text(e.get("ref")), _text(e.get("text")))
             for e in _entries(meta, "code")
@@ -506,6 +676,8 @@ def _load(slug: str, text: str) -> LessonText:
         ),
         tables=tuple(shown),
         figures=tuple(figures),
+        html_revealed=final.replace(_HOLD_OPEN, _HOLD_OPEN_REVEALED),
+        held=tuple(held),
         problems=tuple(problems),
     )
 

@@ -27,6 +27,7 @@ from course.pages import (
     code_links,
     course_areas,
     lesson_neighbours,
+    predict_state,
     run_explain,
     see_links,
 )
@@ -164,17 +165,24 @@ def _render_lesson(
     share: dict[str, str] = {}
     explained = None
     raw_job = request.GET.get("job")
+    stored: dict[str, Any] | None = None
     if lab is not None and raw_job:
         job = _run_of(request, lab, raw_job)
         if job is not None:
+            stored = job.params if isinstance(job.params, dict) else {}
             job_payload = jobstatus_payload(job)
             job_joined = lab_leader_of(job_id=job.id) is not None
             share = _share_links(request, lesson, job)
             explained = run_explain(lab=lab, text=text, job=job)
-            if form is None or not form.is_bound:
-                form = _lab_form(request, lab, text, initial=_initial(lab, job.params))
         else:
             job_missing = True
+    predict = predict_state(lab=lab, query=request.GET.dict(), stored=stored)
+    if lab is not None and (form is None or not form.is_bound):
+        # The form shows the run's parameters and the learner's prediction.
+        initial = _initial(lab, stored)
+        if predict.value is not None:
+            initial[LabForm.PREDICTION_FIELD] = predict.value_text
+        form = _lab_form(request, lab, text, initial=initial)
     lab_config = None
     if lab is not None:
         lab_config = {
@@ -185,7 +193,10 @@ def _render_lesson(
                 "course-run-explained", args=[lab.slug, uuid.UUID(int=0)]
             )
             + share.get("query", ""),
+            # The defaults, so the page can say when a prediction is for others.
+            "defaults": {p.name: p.text(p.default) for p in lab.params},
             "charts": [chart.as_json() for chart in lab.charts],
+            "transcripts": list(lab.transcripts),
             "job": job_payload,
         }
     progress = _progress_on(request, lesson.slug)
@@ -218,6 +229,7 @@ def _render_lesson(
             "offer": offer,
             "joined": job_joined,
             "share_url": share.get("url", ""),
+            "predict": predict,
         },
         status=status,
     )
@@ -279,10 +291,8 @@ def _live_refusal(request: HttpRequest) -> str:
 @require_GET
 def course_lesson(request: HttpRequest, slug: str) -> HttpResponse:
     lesson = _lesson_or_404(slug)
-    lab = lab_find(slug)
-    text = lesson_text(slug)
-    form = _lab_form(request, lab, text) if lab is not None else None
-    return _render_lesson(request, lesson, lab, form)
+    # The form is made by _render_lesson: it holds a run's values and prediction.
+    return _render_lesson(request, lesson, lab_find(slug), None)
 
 
 # How each refusal reaches the client: status, and whether a retry later helps.

@@ -4,6 +4,7 @@ import subprocess
 
 import pytest
 
+from course.lessons import LESSONS
 from tests.browser import needs_chromium
 from tests.processes import (
     ROOT,
@@ -163,6 +164,8 @@ def test_lesson_pages_look_right_on_desktop_and_phone(live_site, browser, slug):
         page = browser.new_page(viewport={"width": width, "height": 900})
         page.goto(f"{live_site}/course/{slug}/")
         page.wait_for_load_state("networkidle")
+        # Diagrams that give the prediction away are folded until then: see it all.
+        page.click("[data-predict-reveal]")
         # Every diagram is served as SVG and drawn with a real size.
         sources = page.eval_on_selector_all(
             "figure.diagram img", "els => els.map(e => e.currentSrc || e.src)"
@@ -249,3 +252,161 @@ def test_sign_up_verify_sign_in_run_live_and_see_progress(
     assert page.locator("text=model + live").count() == 1
     page.screenshot(path=str(SHOTS / "account-progress-phone.png"), full_page=True)
     assert errors == []
+
+
+def test_predict_first_holds_the_answer_until_the_learner_predicts(
+    live_site, browser, monkeypatch
+):
+    """The parts giving the answer away are closed, out of sight and out of the
+    accessibility tree before a prediction; predicting opens them, fills the lab's
+    field and a run that kept the prediction opens them on reload. Without
+    JavaScript the same form works through the server."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from course.labs.registry import lab_get
+    from course.selectors import PREDICTION_KEY
+    from course.textbook import cell_text, default_tables, lesson_text, table_cell
+    from jobs.models import JobStatus
+
+    SHOTS.mkdir(exist_ok=True)
+    slug = "hot-key-and-stampede-effect"
+    text = lesson_text(slug)
+    assert text is not None
+    spec = text.predict
+    assert spec is not None
+    answer = cell_text(
+        table_cell(default_tables(slug), spec.table, spec.row, spec.column)
+    )
+    for name, width in (("desktop", 1280), ("phone", 390)):
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda error, errors=errors: errors.append(str(error)))
+        page.goto(f"{live_site}/course/{slug}/")
+        body = page.locator("[data-lesson-text]")
+        holds = page.locator("details[data-answer-hold]")
+        assert holds.count() >= 1
+        for index in range(holds.count()):
+            assert holds.nth(index).get_attribute("open") is None
+            assert not holds.nth(index).locator(".answer-hold-body").is_visible()
+        # Not in what is drawn, nor in what a screen reader is given.
+        assert answer not in body.inner_text()
+        assert answer not in body.aria_snapshot()
+        assert not page.locator(
+            'table[data-table="shards"], [data-table="shards"]'
+        ).first.is_visible()
+        page.screenshot(path=str(SHOTS / f"predict-first-{name}-before.png"))
+
+        page.fill("#predict-first-value", "55")
+        page.click("[data-predict-keep]")
+        for index in range(holds.count()):
+            assert holds.nth(index).get_attribute("open") is not None
+        assert answer in body.inner_text()
+        assert answer in body.aria_snapshot()
+        assert page.input_value("#id_prediction") == "55"
+        assert "55 %" in page.locator("[data-predict-status]").inner_text()
+        page.locator('[data-table="shards"]').scroll_into_view_if_needed()
+        page.screenshot(path=str(SHOTS / f"predict-first-{name}-after.png"))
+
+        # The question follows the learner's parameters.
+        page.fill("#id_shards", "8")
+        assert (
+            "shards=8"
+            in page.locator("#predict-first [data-predict-context]").inner_text()
+        )
+        assert errors == []
+        page.close()
+
+    # A run that kept its prediction opens the folds when its page is reloaded.
+    lab = lab_get(slug)
+    result = lab.run(lab.defaults())
+    kept = JobStatus.objects.create(
+        kind="lab", name=slug, state="done", result=result,
+        params={**result["params"], PREDICTION_KEY: 70},
+    )  # fmt: skip
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{live_site}/course/{slug}/?job={kept.id}")
+    assert page.locator("details[data-answer-hold][open]").count() == holds_count(page)
+    assert answer in page.locator("[data-lesson-text]").inner_text()
+    page.close()
+
+    # Without JavaScript: the top form is a GET the server answers with the folds open.
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto(f"{live_site}/course/{slug}/")
+    assert answer not in page.locator("[data-lesson-text]").inner_text()
+    page.click("[data-predict-reveal]")
+    page.wait_for_url("**reveal=1**")
+    assert page.locator("details[data-answer-hold][open]").count() == holds_count(page)
+    assert answer in page.locator("[data-lesson-text]").inner_text()
+    context.close()
+
+
+def holds_count(page) -> int:
+    count = page.locator("details[data-answer-hold]").count()
+    assert count >= 1
+    return count
+
+
+def test_a_diagram_opens_full_size_on_a_phone_and_compare_stays_narrow(
+    live_site, browser, monkeypatch
+):
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from course.labs.registry import lab_get
+    from jobs.models import JobStatus
+
+    SHOTS.mkdir(exist_ok=True)
+    slug = "hot-key-and-stampede-effect"
+    page = browser.new_page(viewport={"width": 390, "height": 844}, has_touch=True)
+    page.goto(f"{live_site}/course/{slug}/")
+    link = page.locator("a.diagram-zoom").first
+    link.scroll_into_view_if_needed()
+    drawn = link.locator("img").bounding_box()
+    assert drawn is not None
+    assert drawn["width"] < 390  # on the page it is squeezed to the column
+    link.tap()
+    dialog = page.locator("dialog.diagram-dialog")
+    dialog.wait_for(state="visible")
+    image = dialog.locator("img")
+    page.wait_for_function("el => el.complete && el.naturalWidth > 0",
+                           arg=image.element_handle())  # fmt: skip
+    full = image.bounding_box()
+    assert full is not None
+    assert full["width"] >= 720  # drawn size: 13 px labels are 13 px again
+    page.screenshot(path=str(SHOTS / "diagram-full-size-phone.png"))
+    dialog.locator("button", has_text="+").click()
+    assert image.bounding_box()["width"] > full["width"]
+    page.keyboard.press("Escape")
+    dialog.wait_for(state="hidden")
+    overflow = page.evaluate(
+        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    assert overflow <= 0
+
+    # Two runs whose tables differ in width, side by side on a phone.
+    lab = lab_get(slug)
+    runs = []
+    for params in ({}, {"shards": 8}):
+        result = lab.run(lab.validate(params))
+        runs.append(JobStatus.objects.create(
+            kind="lab", name=slug, params=result["params"], state="done",
+            result=result,
+        ))  # fmt: skip
+    page.goto(f"{live_site}/course/{slug}/compare?run={runs[0].id}&run={runs[1].id}")
+    page.wait_for_load_state("networkidle")
+    assert page.locator("td.is-moved").count() > 0
+    overflow = page.evaluate(
+        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    assert overflow <= 0, "the compare page scrolls sideways on a phone"
+    page.screenshot(path=str(SHOTS / "compare-phone.png"), full_page=True)
+
+    # No lesson scrolls sideways on a phone, with every fold and answer open.
+    for lesson in LESSONS:
+        page.goto(f"{live_site}/course/{lesson.slug}/?reveal=1")
+        page.evaluate(
+            "document.querySelectorAll('details').forEach(d => d.open = true)"
+        )
+        overflow = page.evaluate(
+            "document.documentElement.scrollWidth"
+            " - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, f"{lesson.slug} scrolls sideways at 390 px"

@@ -11,17 +11,29 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from course.labs.registry import LABS, lab_get
-from course.lesson_checks import lesson_problems
+from course.lesson_checks import (
+    lesson_problems,
+    number_pattern,
+    prediction_giveaways,
+    visible_before_prediction,
+)
 from course.lessons import LESSONS
 from course.models import LessonProgress
 from course.selectors import PREDICTION_KEY
-from course.sourcecode import ref_resolve, source_path_allowed
+from course.sourcecode import (
+    SNIPPET_MAX_LINES,
+    RefError,
+    ref_resolve,
+    ref_snippet,
+    source_path_allowed,
+)
 from course.tests.labwork import run_waiting
 from course.textbook import (
     CONTENT_DIR,
     LessonText,
     LessonTextError,
     _load,
+    cell_text,
     default_tables,
     lesson_text,
     placeholders_fill,
@@ -64,7 +76,7 @@ def test_every_lesson_page_renders_its_parts(client, slug):
             assert f'href="#{heading.anchor}"' in html  # the table of contents
     assert f"{text.reading_minutes} min read" in html
     assert html.count('class="question"') == len(text.questions)
-    assert html.count('<figure class="diagram">') == len(text.figures) >= 1
+    assert html.count('<figure class="diagram" data-diagram=') == len(text.figures) >= 1
     for name in text.tables:
         assert f'data-table="{name}"' in html
     assert f"/asynchronous-processing/{slug}" in html  # the course's lesson, cited
@@ -369,3 +381,259 @@ def test_a_placeholder_with_changed_parameters_is_computed_by_the_model():
     assert text.endswith("?")
     bad = "{{chain[origin].requests@requests=nine}}"
     assert problems == [f"{bad}: requests: 'nine' is not a whole number"]
+
+
+# --- every file and dotted name the prose mentions resolves ---------------------------
+
+ROOT = CONTENT_DIR.parents[1]
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_PATH = re.compile(r"[\w.<>-]+(?:/[\w.<>-]+)+/?")
+# The repository's own top-level packages: a dotted name starting with one is code.
+_PACKAGES = {"library", "messaging", "realtime", "jobs", "course", "config", "bench"}
+
+
+def _prose_spans(slug: str) -> list[str]:
+    """Return the inline code spans of a lesson's body (not its fenced code)."""
+    text = (CONTENT_DIR / f"{slug}.md").read_text(encoding="utf-8")
+    body = text.split("+++", 2)[2]
+    body = re.sub(r"^```.*?^```", "", body, flags=re.DOTALL | re.MULTILINE)
+    return _CODE_SPAN.findall(body)
+
+
+def _permission_exists(dotted: str) -> bool:
+    """Whether ``app_label.codename`` names a permission of this project's models."""
+    from django.apps import apps
+
+    app_label, _, codename = dotted.partition(".")
+    try:
+        config = apps.get_app_config(app_label)
+    except LookupError:
+        return False
+    for model in config.get_models():
+        meta = model._meta
+        defaults = {
+            f"{action}_{meta.model_name}" for action in meta.default_permissions
+        }
+        if codename in defaults | {name for name, _ in meta.permissions}:
+            return True
+    return False
+
+
+def _mentions() -> list[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    for slug in SLUGS:
+        for span in _prose_spans(slug):
+            if (_DOTTED.fullmatch(span) and span.split(".")[0] in _PACKAGES) or (
+                _PATH.fullmatch(span) and (ROOT / span.split("/")[0]).is_dir()
+            ):
+                found.add((slug, span))
+    return sorted(found)
+
+
+def test_the_prose_mentions_code_and_files():
+    """The search below finds what it must, so an empty parametrization cannot pass."""
+    names = {span for _, span in _mentions()}
+    assert "course.services.labqueue.lab_run_request" in names
+    assert "realtime/front.py" in names
+    assert len(names) > 40
+
+
+@pytest.mark.parametrize(("slug", "span"), _mentions())
+def test_every_file_and_dotted_name_in_the_prose_resolves(slug, span):
+    if "/" in span:
+        assert (ROOT / span).exists(), f"{slug}: `{span}` is no file of the repository"
+        return
+    try:
+        ref_resolve(span)
+        resolved = True
+    except (RefError, ImportError):
+        resolved = False
+    # A dotted name is code, or (library.correct_stock) a permission of a model.
+    assert resolved or _permission_exists(span), f"{slug}: `{span}` does not resolve"
+
+
+# --- the code on the page -------------------------------------------------------------
+
+
+def _definition_mark(ref: str) -> str:
+    """The highlighted token a definition of ``ref`` starts with (Pygments' classes)."""
+    import inspect
+    import pydoc
+
+    found = pydoc.locate(ref)
+    name = ref.rsplit(".", 1)[-1]
+    if inspect.ismodule(found):
+        return '<span class="sd">&quot;&quot;&quot;'
+    if inspect.isclass(found):
+        return f'<span class="nc">{name}</span>'
+    if callable(found) or isinstance(found, property):
+        return f'<span class="{"fm" if name.startswith("__") else "nf"}">{name}</span>'
+    return f'<span class="n">{name}</span>'
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("slug", SLUGS)
+def test_every_lesson_page_shows_its_code_highlighted(client, slug):
+    html = client.get(f"/course/{slug}/").content.decode()
+    for link in _text(slug).code:
+        snippet = ref_snippet(link.ref)
+        assert snippet.html in html, f"{link.ref}: its definition is not on the page"
+        section = html[html.index(snippet.html) - 800 : html.index(snippet.html)]
+        assert '<details class="code-inline"' in section  # collapsible
+        mark = _definition_mark(link.ref)
+        assert mark in snippet.html.replace('"""', "&quot;&quot;&quot;"), link.ref
+        target = ref_resolve(link.ref)
+        number = f'<span class="ln" aria-hidden="true">{target.start:>4}</span>'
+        # A definition's own first line number; a module shows its docstring.
+        assert number in snippet.html or target.start == target.end == 1
+        if snippet.trimmed:
+            end = html.index(snippet.html) + len(snippet.html)
+            assert "read the whole definition in the source view" in html[end:][:600]
+
+
+def test_a_long_definition_is_trimmed_and_a_class_shows_its_outline():
+    whole = ref_resolve("jobs.backpressure.BoundedQueue")
+    snippet = ref_snippet("jobs.backpressure.BoundedQueue")
+    assert snippet.total == whole.end - whole.start + 1 > SNIPPET_MAX_LINES
+    assert snippet.trimmed
+    assert snippet.shown <= SNIPPET_MAX_LINES
+    assert '<span class="fm">__init__</span>' in snippet.html  # a method's signature
+    assert "lines not shown" in snippet.html
+    short = ref_snippet("realtime.sse.sse_event")
+    assert not short.trimmed
+    assert short.signature.startswith("def sse_event(")
+
+
+# --- predict first, then reveal -------------------------------------------------------
+
+HOT = "hot-key-and-stampede-effect"
+# Closed <details>: held-back parts, and the questions' answers (opened on demand).
+_FOLDED = re.compile(
+    r"<details class=\"(?:answer-hold|question)[^>]*>.*?</details>", re.DOTALL
+)
+
+
+def _predicted_text(slug: str) -> str:
+    spec = _text(slug).predict
+    assert spec is not None
+    return cell_text(
+        table_cell(default_tables(slug), spec.table, spec.row, spec.column)
+    )
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_every_lesson_holds_back_what_gives_the_answer_away(slug):
+    text = _text(slug)
+    assert text.html.count('<details class="answer-hold" data-answer-hold>') >= 1
+    assert " open" not in "".join(
+        re.findall(r"<details class=\"answer-hold[^>]*>", text.html)
+    )
+    assert text.html_revealed.count("data-answer-hold open>") == text.html.count(
+        "data-answer-hold>"
+    )
+    spec = text.predict
+    assert spec is not None
+    # The published table holding the predicted cell is always held back.
+    if spec.table in text.tables:
+        assert f"table:{spec.table}" in text.held
+    assert prediction_giveaways(text, default_tables(slug)) == []
+    # What the learner reads first (the prose outside the folds) is really checked.
+    assert dict(visible_before_prediction(text))["prose"]
+
+
+def _giveaway_lesson(body: str, predict_extra: str = "") -> LessonText:
+    return _load(
+        HOT,
+        '+++\n[predict]\nprompt = "Busiest?"\ntable = "shards"\nrow = "single key"\n'
+        f'column = "busiest_pct"\nunit = "%"\n{predict_extra}+++\n{body}',
+    )
+
+
+def test_the_check_flags_a_predicted_figure_shown_before_the_prediction():
+    tables = default_tables(HOT)
+    value = _predicted_text(HOT)
+    shown = _giveaway_lesson(
+        "## A\n\nIt carries {{shards[single key].busiest_pct}} %.\n\n[[table:shards]]\n"
+    )
+    problems = prediction_giveaways(shown, tables)
+    assert any(f"the answer {value} shows" in p and "in prose" in p for p in problems)
+    assert any("the table 'shards' holds the answer" in p for p in problems)
+
+    held = _giveaway_lesson(
+        "## A\n\n::: answer\nIt carries {{shards[single key].busiest_pct}} %.\n:::\n\n"
+        "[[table:shards]]\n",
+        'reveals = ["table:shards"]\n',
+    )
+    assert prediction_giveaways(held, tables) == []
+    assert held.held == ("table:shards",)
+    assert held.html.count("<details") == 1  # the table and the passage: one fold
+
+    # A phrase where the number means something else may be listed, but only if used.
+    unrelated = _giveaway_lesson(
+        "## A\n\nRoom {{shards[single key].busiest_pct}} is booked.\n",
+        'unrelated = ["Room {{shards[single key].busiest_pct}}", "never written"]\n',
+    )
+    assert prediction_giveaways(unrelated, tables) == [
+        "[predict] unrelated 'never written': not in the text shown before the "
+        "prediction"
+    ]
+
+
+def test_a_reveal_naming_a_block_the_body_lacks_is_a_problem():
+    text = _giveaway_lesson("## A\n\nNothing here.\n", 'reveals = ["table:nope"]\n')
+    assert text.problems == (
+        "[predict] reveals 'table:nope': no such block in the body",
+    )
+
+
+def _holds(html: str) -> list[str]:
+    return re.findall(r"<details class=\"answer-hold[^>]*>", html)
+
+
+@pytest.mark.django_db
+def test_the_page_holds_the_answer_until_a_prediction_or_a_reveal(client):
+    value = _predicted_text(HOT)
+    page = client.get(f"/course/{HOT}/").content.decode()
+    assert _holds(page)
+    assert all(" open" not in hold for hold in _holds(page))
+    outside = _FOLDED.sub("", page[page.index("data-lesson-text") :])
+    assert not number_pattern(value).search(re.sub(r"<[^>]+>", " ", outside))
+    assert "With the defaults (the lesson&#x27;s run):" in page
+
+    guessed = client.get(f"/course/{HOT}/?prediction=55").content.decode()
+    assert all(" open" in hold for hold in _holds(guessed))
+    assert 'name="prediction" value="55"' in guessed  # the lab form has it too
+    assert "Your prediction: <strong>55 %</strong>" in guessed
+
+    shown = client.get(f"/course/{HOT}/?reveal=1").content.decode()
+    assert all(" open" in hold for hold in _holds(shown))
+    assert "Shown without a prediction" in shown
+
+    wrong = client.get(f"/course/{HOT}/?prediction=lots").content.decode()
+    assert all(" open" not in hold for hold in _holds(wrong))
+    assert "Give a number, like 12 or 8.5." in wrong
+
+
+@pytest.mark.django_db
+def test_a_run_that_kept_a_prediction_reveals_on_reload(client):
+    lab = lab_get(HOT)
+    result = lab.run(lab.validate({"shards": 8}))
+    kept = JobStatus.objects.create(
+        kind="lab",
+        name=HOT,
+        params={**result["params"], PREDICTION_KEY: 61.5},
+        state="done",
+        result=result,
+    )
+    page = client.get(f"/course/{HOT}/?job={kept.id}").content.decode()
+    assert all(" open" in hold for hold in _holds(page))
+    assert 'name="prediction" value="61.5"' in page
+    # The question is now about the learner's parameters, and says so.
+    assert "With your parameters (shards=8)" in page
+
+    blind = JobStatus.objects.create(
+        kind="lab", name=HOT, params=result["params"], state="done", result=result
+    )
+    page = client.get(f"/course/{HOT}/?job={blind.id}").content.decode()
+    assert all(" open" not in hold for hold in _holds(page))

@@ -146,6 +146,30 @@ def test_sse_live_carries_six_events_over_two_connections(redis_client):
     assert stream[1][2] - stream[0][2] == 3
     assert rows(tables, "live_totals") == [[2, 6, 2, 6]]
     assert Book.objects.get(pk=1).on_shelf == 4  # recounts change no shelf
+    assert_transcript(tables, stream)
+
+
+def assert_transcript(tables: Tables, stream: list[list[Any]]) -> None:
+    """Both connections' raw lines: retry first, a heartbeat, then each event's
+    id, event and data lines ended by a blank line, the ids those the client held."""
+    transcript = tables["live_transcript"]
+    assert transcript["columns"] == ["connection", "line"]
+    for connection, events, last_id, _ in stream:
+        lines = [str(line) for c, line in transcript["rows"] if c == connection]
+        assert lines[0].startswith("retry: ")
+        assert lines[1] == ""
+        assert ": heartbeat" in lines
+        ids = [int(line[4:]) for line in lines if line.startswith("id: ")]
+        assert len(ids) >= events
+        assert last_id in ids
+        kinds = [line for line in lines if line.startswith("event: ")]
+        assert kinds[:events] == ["event: stock_corrected"] * events
+        data = [line for line in lines if line.startswith("data: {")]
+        assert len(data) >= events
+        # Every event block ends with the blank line that dispatches it.
+        for index, line in enumerate(lines):
+            if line.startswith("data: ") and index + 1 < len(lines):
+                assert lines[index + 1] == ""
 
 
 @pytest.mark.processes

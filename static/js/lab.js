@@ -433,6 +433,30 @@
     return section;
   }
 
+  // A raw stream the live part recorded (the lab's transcripts): one monospace block
+  // per connection, each line as it came over the wire, blank lines kept.
+  function renderTranscript(name, table) {
+    const section = node("section", "result-table result-transcript");
+    section.dataset.transcript = name;
+    const heading = node("h3");
+    heading.appendChild(node("code", "", name));
+    section.appendChild(heading);
+    const blocks = new Map();
+    for (const [label, line] of table.rows) {
+      if (!blocks.has(label)) blocks.set(label, []);
+      blocks.get(label).push(line === null ? "" : String(line));
+    }
+    for (const [label, lines] of blocks) {
+      const figure = node("figure", "wire");
+      figure.appendChild(node("figcaption", "", `${table.columns[0]} ${label}`));
+      const pre = node("pre", "wire-lines", lines.join("\n"));
+      pre.tabIndex = 0; // a long line scrolls sideways: keyboard users can too
+      figure.appendChild(pre);
+      section.appendChild(figure);
+    }
+    return section;
+  }
+
   function renderResult(result) {
     const parts = [];
     const params = Object.entries(result.params || {})
@@ -455,7 +479,10 @@
       if (charts.childElementCount) parts.push(charts);
     }
     const tables = node("div", "lab-tables");
-    for (const [name, table] of Object.entries(result.tables || {})) tables.appendChild(renderTable(name, table));
+    const transcripts = config.transcripts || [];
+    for (const [name, table] of Object.entries(result.tables || {})) {
+      tables.appendChild(transcripts.includes(name) ? renderTranscript(name, table) : renderTable(name, table));
+    }
     parts.push(tables);
     const raw = node("details", "lab-raw");
     raw.appendChild(node("summary", "", "Raw JSON (same as the lab command's --json)"));

@@ -265,6 +265,9 @@ class Lab:
     model: LabPart
     live: LabPart | None = None
     charts: tuple[Chart, ...] = ()
+    # Tables of (label, line) rows the page shows as a monospace transcript, one
+    # block per label (a raw stream as it came over the wire).
+    transcripts: tuple[str, ...] = ()
     # Cross-parameter rule: return a one-line reason when the combination cannot run.
     combination_check: Callable[[Params], str | None] | None = None
     notes: str = ""

@@ -292,19 +292,53 @@ def shard_loads(keys: list[str], shards: int, copies: int | None) -> list[int]:
     return loads
 
 
-def shard_rows(*, requests: int, shards: int, copies: list[int]) -> list[list[Cell]]:
-    keys = shard_requests_stream(requests)
+def _variants(copies: list[int]) -> list[tuple[str, int | None]]:
     variants: list[tuple[str, int | None]] = [("single key", None)]
     variants += [
         (f"split into {n} {'copy' if n == 1 else 'copies'}", n) for n in copies
     ]
+    return variants
+
+
+def shard_rows(*, requests: int, shards: int, copies: list[int]) -> list[list[Cell]]:
+    keys = shard_requests_stream(requests)
     rows: list[list[Cell]] = []
-    for label, n in variants:
+    for label, n in _variants(copies):
         loads = shard_loads(keys, shards, n)
         # The course divides by the request count: with none it prints NaN (null).
         share = max(loads) / requests * 100 if requests else float("nan")
         busiest = js_fixed_number(share)
         rows.append([label, busiest, *loads])
+    return rows
+
+
+def busiest_rows(*, requests: int, shards: int, copies: list[int]) -> list[list[Cell]]:
+    """Split each distribution's busiest shard into hot-key and other-key requests.
+
+    Not a course table: it is what a learner's busiest_pct is made of, so a missed
+    prediction can be explained from the run's own numbers (the first busiest shard
+    when several tie, as ``max`` picks it).
+    """
+    keys = shard_requests_stream(requests)
+    hot_only = [key if key == HOT_KEY else "" for key in keys]
+    rows: list[list[Cell]] = []
+    for label, n in _variants(copies):
+        loads = shard_loads(keys, shards, n)
+        busiest = loads.index(max(loads))
+        hot = [0] * shards
+        for i, key in enumerate(hot_only):
+            if key:
+                routed = hot_copy_key(key, n, i) if n else key
+                hot[shard_of(routed, shards)] += 1
+        rows.append(
+            [
+                label,
+                f"shard_{busiest}",
+                loads[busiest],
+                hot[busiest],
+                loads[busiest] - hot[busiest],
+            ]
+        )
     return rows
 
 
@@ -329,11 +363,9 @@ def model(params: Params, progress: Progress) -> Tables:
     )
     progress(0.8, "shards: the hot key on a sharded cache")
     shards = int_param(params, "shards")
-    loads = shard_rows(
-        requests=int_param(params, "shard_requests"),
-        shards=shards,
-        copies=int_list_param(params, "copies"),
-    )
+    shard_requests = int_param(params, "shard_requests")
+    copies = int_list_param(params, "copies")
+    loads = shard_rows(requests=shard_requests, shards=shards, copies=copies)
     return {
         "stampede": table(
             ["strategy", "origin_calls", "pending_requests", "stale_responses"],
@@ -344,5 +376,9 @@ def model(params: Params, progress: Progress) -> Tables:
         "shards": table(
             ["distribution", "busiest_pct", *(f"shard_{n}" for n in range(shards))],
             loads,
+        ),
+        "busiest": table(
+            ["distribution", "shard", "requests", "hot_key", "other_keys"],
+            busiest_rows(requests=shard_requests, shards=shards, copies=copies),
         ),
     }

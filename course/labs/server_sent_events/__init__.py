@@ -17,6 +17,9 @@ with nobody listening and come back on the second connection, replayed from the
 outbox log after the offset the client sends. ``last_event_id`` is the real log
 offset; ``events_held`` counts the run's events the client has, the course's ids.
 The connection and event counts are the server's own counters (Redis deltas).
+``live_transcript`` is what both connections read, line by line as the bytes came:
+the ``retry:`` line, heartbeat comments, and each event's ``id:``, ``event:`` and
+``data:`` lines with the blank line that ends it.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ LAB = Lab(
             unit="events",
         ),
     ),
+    transcripts=("live_transcript",),
     notes=(
         "The live part starts a daphne of this project and follows a branch's "
         "event stream; the six events are real outbox messages (shelf recounts)."

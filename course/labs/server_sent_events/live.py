@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from typing import Final
 
 from course.labs.harness.base import (
@@ -22,6 +24,38 @@ from library.services import stock_correct
 from realtime.polling import counters_read, log_head
 
 READ_TIMEOUT_S: Final = 15.0
+
+
+class Wire:
+    """What one connection read, kept byte for byte, and its lines as the client
+    parses them.
+
+    ``lines()`` hands the events' parser one line at a time (CR LF, LF or CR end a
+    line, as the event-stream format allows) while every chunk the socket gave is
+    kept in ``received``: the transcript shows all of it, heartbeats and the
+    ``retry:`` line included, even lines read past the last event the lab needed.
+    """
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+
+    def lines(self, chunks: Iterator[bytes]) -> Iterator[str]:
+        pending = b""
+        for chunk in chunks:
+            self.received += chunk
+            pending += chunk
+            *complete, pending = re.split(rb"\r\n|\n|\r", pending)
+            for line in complete:
+                yield line.decode("utf-8", errors="replace")
+
+    def transcript(self) -> list[str]:
+        """Return every line read, in order; an unfinished last line is marked."""
+        text = self.received.decode("utf-8", errors="replace")
+        lines = re.split(r"\r\n|\n|\r", text)
+        tail = lines.pop()  # "" when the bytes ended with a line end
+        if tail:
+            lines.append(f"{tail} [cut here, mid-line]")
+        return lines
 
 
 def _events(lines: object, count: int) -> list[dict[str, str]]:
@@ -84,10 +118,11 @@ def live(params: Params, progress: Progress) -> Tables:
             "then cut",
         )
         headers = {"Last-Event-ID": str(start)}
+        wires = [Wire(), Wire()]
         with client.stream("GET", url, headers=headers, timeout=timeout) as response:
             if response.status_code != 200:
                 raise LabError(f"live: the stream answered {response.status_code}")
-            lines = response.iter_lines()
+            lines = wires[0].lines(response.iter_bytes())
             first: list[dict[str, str]] = []
             for _ in range(first_count):
                 recount()
@@ -105,7 +140,7 @@ def live(params: Params, progress: Progress) -> Tables:
             "GET", url, headers={"Last-Event-ID": last}, timeout=timeout
         ) as response:
             if rest:
-                second = _events(response.iter_lines(), rest)
+                second = _events(wires[1].lines(response.iter_bytes()), rest)
         after = counters_read()
     connections = [first, second]
     rows: list[list[Cell]] = []
@@ -124,6 +159,16 @@ def live(params: Params, progress: Progress) -> Tables:
     return {
         "live_stream": table(
             ["connection", "events", "last_event_id", "events_held"], rows
+        ),
+        # The raw stream of both connections, one row per line read: the page shows
+        # it as a transcript (the lab's ``transcripts``).
+        "live_transcript": table(
+            ["connection", "line"],
+            [
+                [index, line]
+                for index, wire in enumerate(wires, start=1)
+                for line in wire.transcript()
+            ],
         ),
         "live_totals": table(
             ["connections", "events", "server_connections", "server_events"],
