@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from django.test import Client
+
 from course.labworker import LabWorker
+from course.models import LabRun
+from course.visitors import TOKEN_KEY, anonymous_visitor
+from jobs.models import JobStatus
 
 TEST_WORKER = "test-host:1"
 
@@ -19,3 +24,13 @@ def run_waiting(*, live: bool | None = None, name: str = TEST_WORKER) -> int:
         while slots.step(live=kind):
             ran += 1
     return ran
+
+
+def own_run(client: Client, job: JobStatus) -> LabRun:
+    """Record ``job`` as a run of the test client's anonymous session, its owner."""
+    session = client.session
+    session[TOKEN_KEY] = "test-token"
+    session.save()
+    return LabRun.objects.create(
+        job=job, slug=job.name, visitor=anonymous_visitor(client.session)
+    )

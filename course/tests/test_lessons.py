@@ -27,7 +27,7 @@ from course.sourcecode import (
     ref_snippet,
     source_path_allowed,
 )
-from course.tests.labwork import run_waiting
+from course.tests.labwork import own_run, run_waiting
 from course.textbook import (
     CONTENT_DIR,
     LessonText,
@@ -626,6 +626,7 @@ def test_a_run_that_kept_a_prediction_reveals_on_reload(client):
         state="done",
         result=result,
     )
+    own_run(client, kept)
     page = client.get(f"/course/{HOT}/?job={kept.id}").content.decode()
     assert all(" open" in hold for hold in _holds(page))
     assert 'name="prediction" value="61.5"' in page

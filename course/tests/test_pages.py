@@ -2,8 +2,7 @@ import pytest
 
 from course.labs.registry import LABS
 from course.lessons import LESSONS
-from course.models import LabRun
-from course.visitors import TOKEN_KEY, anonymous_visitor
+from course.tests.labwork import own_run
 from jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
@@ -59,13 +58,7 @@ def test_reload_with_finished_job_shows_its_tables(client):
             "tables": {"repetition": {"columns": ["requests"], "rows": [[300]]}},
         },
     )
-    # The browser's own run: its session's visitor owns the record.
-    session = client.session
-    session[TOKEN_KEY] = "test-token"
-    session.save()
-    LabRun.objects.create(
-        job=job, slug="cache-layers", visitor=anonymous_visitor(client.session)
-    )
+    own_run(client, job)  # the browser's own run
     html = client.get(f"/course/cache-layers/?job={job.id}").content.decode()
     assert 'name="requests" value="300"' in html  # the form shows that run's values
     assert "<code>repetition</code>" in html
