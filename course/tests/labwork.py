@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import Any
+
+from django.conf import settings
 from django.test import Client
 
 from course.labworker import LabWorker
@@ -34,3 +38,19 @@ def own_run(client: Client, job: JobStatus) -> LabRun:
     return LabRun.objects.create(
         job=job, slug=job.name, visitor=anonymous_visitor(client.session)
     )
+
+
+def browser_owns(context: Any, base_url: str, *jobs: JobStatus) -> None:
+    """Make ``jobs`` runs of a browser context's own anonymous session.
+
+    A run is its owner's alone: a test that makes runs in the database and opens
+    them in a browser gives the browser the session that owns them.
+    """
+    store = import_module(settings.SESSION_ENGINE).SessionStore()
+    store[TOKEN_KEY] = "browser-test-token"
+    store.save()
+    visitor = anonymous_visitor(store)
+    for job in jobs:
+        LabRun.objects.create(job=job, slug=job.name, visitor=visitor)
+    cookie = {"name": "sessionid", "value": str(store.session_key), "url": base_url}
+    context.add_cookies([cookie])

@@ -5,6 +5,7 @@ import subprocess
 import pytest
 
 from course.lessons import LESSONS
+from course.tests.labwork import browser_owns
 from tests.browser import needs_chromium
 from tests.processes import (
     ROOT,
@@ -323,6 +324,7 @@ def test_predict_first_holds_the_answer_until_the_learner_predicts(
         params={**result["params"], PREDICTION_KEY: 70},
     )  # fmt: skip
     page = browser.new_page(viewport={"width": 1280, "height": 900})
+    browser_owns(page.context, live_site, kept)
     page.goto(f"{live_site}/course/{slug}/?job={kept.id}")
     assert page.locator("details[data-answer-hold][open]").count() == holds_count(page)
     assert answer in page.locator("[data-lesson-text]").inner_text()
@@ -390,6 +392,7 @@ def test_a_diagram_opens_full_size_on_a_phone_and_compare_stays_narrow(
             kind="lab", name=slug, params=result["params"], state="done",
             result=result,
         ))  # fmt: skip
+    browser_owns(page.context, live_site, *runs)
     page.goto(f"{live_site}/course/{slug}/compare?run={runs[0].id}&run={runs[1].id}")
     page.wait_for_load_state("networkidle")
     assert page.locator("td.is-moved").count() > 0
