@@ -37,6 +37,7 @@ seed: migrate
 # no "Error 143" from make).
 run: .env seed
 	$(PY) manage.py collectstatic --noinput --verbosity 0
+	@$(PY) manage.py lesson_warm
 	@$(PY) manage.py redis_info
 	@echo ""
 	@echo "  Library and course: http://$(HOST):$(PORT)/"

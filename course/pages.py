@@ -17,7 +17,7 @@ from course.labs.registry import LABS
 from course.lessons import AREA_OUTCOMES, LESSONS, Area, Lesson, lessons_by_area
 from course.selectors import LIVE_KEY, NO_PROGRESS, PREDICTION_KEY, ProgressView
 from course.sourcecode import CodeRef, RefError, Snippet, ref_resolve, ref_snippet
-from course.textbook import LessonText, lesson_text
+from course.textbook import LessonText, lesson_outline
 from jobs.models import JobStatus
 
 
@@ -54,11 +54,11 @@ class AreaEntry:
 
 
 def _entry(lesson: Lesson, progress: dict[str, ProgressView]) -> LessonEntry:
-    text = lesson_text(lesson.slug)
+    outline = lesson_outline(lesson.slug)
     return LessonEntry(
         lesson=lesson,
-        minutes=text.reading_minutes if text is not None else 1,
-        questions=len(text.questions) if text is not None else 0,
+        minutes=outline.reading_minutes if outline is not None else 1,
+        questions=outline.questions if outline is not None else 0,
         has_lab=lesson.slug in LABS,
         progress=progress.get(lesson.slug, NO_PROGRESS),
     )

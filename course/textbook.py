@@ -15,8 +15,11 @@ no query and no model run once warm.
 
 from __future__ import annotations
 
+import hashlib
 import html
+import json
 import math
+import os
 import re
 import tomllib
 import xml.etree.ElementTree as ElementTree
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import nh3
+from django.conf import settings
 from django.templatetags.static import static
 from markdown_it import MarkdownIt
 from mdit_py_plugins.anchors import anchors_plugin
@@ -35,7 +39,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from course.labs.harness.base import Cell, Lab, LabError, Table, Tables
+from course.labs.harness.base import Cell, Lab, LabError, Params, Table, Tables
 from course.labs.registry import lab_find
 
 CONTENT_DIR = Path(__file__).resolve().parent / "content"
@@ -178,7 +182,7 @@ def default_tables(slug: str) -> Tables:
     lab = lab_find(slug)
     if lab is None:
         return {}
-    return lab.run(lab.defaults())["tables"]
+    return model_tables(lab, lab.defaults())
 
 
 @lru_cache(maxsize=128)
@@ -198,9 +202,56 @@ def changed_tables(slug: str, changes: str) -> Tables:
             raise KeyError(f"{part.strip()!r} is not name=value")
         overrides[name.strip()] = text.strip().replace(";", ",")
     try:
-        return lab.run(lab.resolve(overrides))["tables"]
+        params = lab.resolve(overrides)
     except LabError as error:
         raise KeyError(str(error)) from None
+    return model_tables(lab, params)
+
+
+def model_tables(lab: Lab, params: Params) -> Tables:
+    """Return the model's tables for ``params``, from the disk cache when it has them.
+
+    A model's result depends only on its parameters and on the labs' code, so it is
+    kept under ``var/cache/models/<digest of the labs' code>/``: every process (web,
+    workers, tests) renders a lesson from the first one's runs, and a lesson whose
+    text asks for runs with changed parameters (seconds of simulation for the
+    queueing labs) costs them once per version of the code, not once per process.
+    """
+    key = hashlib.sha256(
+        json.dumps({"lab": lab.slug, "params": params}, sort_keys=True).encode()
+    ).hexdigest()[:24]
+    path = model_cache_dir() / f"{lab.slug}-{key}.json"
+    try:
+        cached: Tables = json.loads(path.read_text())
+        return cached
+    except (OSError, ValueError):
+        pass
+    tables = lab.run(params)["tables"]
+    _write_atomically(path, json.dumps(tables))
+    return tables
+
+
+@lru_cache(maxsize=1)
+def model_cache_dir() -> Path:
+    """Return this code's folder of cached model runs (a digest of course/labs)."""
+    digest = hashlib.sha256()
+    labs = Path(__file__).resolve().parent / "labs"
+    for source in sorted(labs.rglob("*.py")):
+        digest.update(str(source.relative_to(labs)).encode())
+        digest.update(source.read_bytes())
+    return Path(settings.VAR_DIR) / "cache" / "models" / digest.hexdigest()[:16]
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # Several processes may render the same lesson at once: each writes its own
+    # file and renames it into place, so a reader sees a whole file or none.
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(text)
+        temporary.replace(path)
+    except OSError:
+        pass  # a read-only var: the run is simply not kept
 
 
 def row_index(table: Table, key: str) -> int | None:
@@ -693,6 +744,39 @@ def site_fill(text: LessonText, origin: str) -> LessonText:
     if _SITE_MARK not in text.html:
         return text
     return replace(text, html=text.html.replace(_SITE_MARK, html.escape(origin)))
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What the course index needs of a lesson, read without rendering it."""
+
+    words: int
+    questions: int
+
+    @property
+    def reading_minutes(self) -> int:
+        return max(1, math.ceil(self.words / WORDS_PER_MINUTE))
+
+
+@lru_cache(maxsize=64)
+def _outline(slug: str, mtime_ns: int) -> Outline:
+    path = CONTENT_DIR / f"{slug}.md"
+    meta, body = _split(path.read_text(encoding="utf-8"), slug)
+    return Outline(prose_words(body), len(_entries(meta, "questions")))
+
+
+def lesson_outline(slug: str) -> Outline | None:
+    """Return the lesson's words and question count, without running its lab.
+
+    The course index and the account page list all 25 lessons: rendering each (its
+    model runs, its code) would make the first of those pages wait for all of them.
+    """
+    path = CONTENT_DIR / f"{slug}.md"
+    try:
+        mtime = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+    return _outline(slug, mtime)
 
 
 def lesson_text(slug: str) -> LessonText | None:

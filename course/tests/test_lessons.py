@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from course import textbook
 from course.labs.registry import LABS, lab_get
 from course.lesson_checks import (
     lesson_problems,
@@ -638,3 +639,27 @@ def test_a_run_that_kept_a_prediction_reveals_on_reload(client):
     )
     page = client.get(f"/course/{HOT}/?job={blind.id}").content.decode()
     assert all(" open" not in hold for hold in _holds(page))
+
+
+def test_model_runs_are_kept_on_disk_for_every_process(tmp_path, settings):
+    settings.VAR_DIR = tmp_path
+    textbook.model_cache_dir.cache_clear()
+    lab = lab_get("cache-layers")
+    params = lab.resolve({"requests": "321"})
+    try:
+        first = textbook.model_tables(lab, params)
+        kept = list(tmp_path.glob("cache/models/*/cache-layers-*.json"))
+        assert len(kept) == 1
+        # Another process finds the run on disk: the model need not run again.
+        original = lab.model
+
+        def broken(params, progress):
+            raise AssertionError("the model ran again")
+
+        object.__setattr__(lab, "model", broken)
+        try:
+            assert textbook.model_tables(lab, params) == first
+        finally:
+            object.__setattr__(lab, "model", original)
+    finally:
+        textbook.model_cache_dir.cache_clear()
