@@ -663,3 +663,50 @@ def test_model_runs_are_kept_on_disk_for_every_process(tmp_path, settings):
             object.__setattr__(lab, "model", original)
     finally:
         textbook.model_cache_dir.cache_clear()
+
+
+# --- "When it went wrong": a public incident, its write-up and the lab figure -----------
+
+_INCIDENT_HEADING = re.compile(r"^## When it went wrong: \S.*$", re.MULTILINE)
+_INCIDENT_LINK = re.compile(r"\]\((https://[^)\s]+)\)")
+_INCIDENT_FIGURE = re.compile(
+    r"\{\{\s*[a-z0-9_]+\[[^\]]+\]\.[a-z0-9_]+(?:@[^}]*)?\s*\}\}"
+)
+_INCIDENT_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\u2019-]*")
+
+
+def _incident(slug: str) -> tuple[str, str] | None:
+    """The lesson's incident section and the heading that follows it, or None."""
+    body = (CONTENT_DIR / f"{slug}.md").read_text(encoding="utf-8").split("+++", 2)[2]
+    found = _INCIDENT_HEADING.search(body)
+    if found is None:
+        return None
+    end = body.find("\n## ", found.end())
+    following = body[end + 1 :].split("\n", 1)[0] if end != -1 else ""
+    return body[found.start() : end if end != -1 else len(body)], following
+
+
+INCIDENT_SLUGS = [slug for slug in SLUGS if _incident(slug) is not None]
+
+
+def test_at_least_ten_lessons_tell_an_incident():
+    assert len(INCIDENT_SLUGS) >= 10, INCIDENT_SLUGS
+
+
+@pytest.mark.parametrize("slug", INCIDENT_SLUGS)
+def test_an_incident_links_its_write_up_and_ties_a_lab_figure(slug):
+    found = _incident(slug)
+    assert found is not None
+    section, following = found
+    # One section, placed before the summary or the broker comparison.
+    assert len(_INCIDENT_HEADING.findall(section)) == 1
+    assert following in ("## Summary", "## In your broker"), following
+    # The public write-up is linked, and a figure of the lesson's own lab ties it in.
+    assert _INCIDENT_LINK.search(section), f"{slug}: no link to the write-up"
+    assert _INCIDENT_FIGURE.search(section), f"{slug}: no lab figure"
+    # Short: 150 to 300 words, a placeholder counted as one and link targets as none.
+    prose = _INCIDENT_LINK.sub(
+        "]", _INCIDENT_FIGURE.sub("N", section.split("\n", 1)[1])
+    )
+    words = len(_INCIDENT_WORD.findall(prose))
+    assert 150 <= words <= 300, f"{slug}: {words} words"
