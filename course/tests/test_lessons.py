@@ -665,7 +665,7 @@ def test_model_runs_are_kept_on_disk_for_every_process(tmp_path, settings):
         textbook.model_cache_dir.cache_clear()
 
 
-# --- "When it went wrong": a public incident, its write-up and the lab figure -----------
+# --- "When it went wrong": a public incident, its write-up and the lab figure ---------
 
 _INCIDENT_HEADING = re.compile(r"^## When it went wrong: \S.*$", re.MULTILINE)
 _INCIDENT_LINK = re.compile(r"\]\((https://[^)\s]+)\)")
