@@ -9,13 +9,14 @@ Only ``LabError`` may come out of either, with a one-line message naming the par
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from course.forms import LabForm
 from course.labs.harness.base import Cell, Lab, LabError, Param, ParamValue
 from course.labs.registry import LABS
+from course.management.commands.lab_params import page_text
+from course.params_page import PAGE_PATH, parameters_markdown
 
 # A maximum whose model run takes well over two seconds is tried at a smaller value
 # that takes the same code path (the loops only get longer past it). Measured maxima,
@@ -244,11 +245,23 @@ def test_the_lesson_form_takes_none_for_an_empty_list_and_keeps_defaults_on_blan
     assert refused.errors["workers"] == ["workers: must be at least 1, got 0"]
 
 
-def test_the_parameter_tables_list_every_parameter_with_its_default():
-    # course/PARAMETERS.md (linked from the README) must not drift from the registry.
-    text = (Path(__file__).resolve().parents[1] / "PARAMETERS.md").read_text()
+def test_the_parameter_page_is_what_the_registry_writes():
+    # course/PARAMETERS.md is generated (manage.py lab_params --write): it must be
+    # exactly what the registry's Param lists and course/params_notes.py make now.
+    assert PAGE_PATH.read_text(encoding="utf-8") == page_text(), (
+        "course/PARAMETERS.md is out of date: run manage.py lab_params --write"
+    )
+
+
+def test_the_parameter_page_lists_every_parameter_with_its_default():
+    text = page_text()
     for slug, lab in LABS.items():
         assert f"### `{slug}`" in text, slug
         for param in lab.params:
             row = f"| `{param.name}` | {param.kind} | `{param.text(param.default)}` |"
             assert row in text, (slug, row)
+
+
+def test_a_note_for_a_lab_the_registry_lacks_stops_the_generator():
+    with pytest.raises(ValueError, match="no-such-lab"):
+        parameters_markdown({}, {"no-such-lab": "a note"})
