@@ -65,7 +65,7 @@ haproxy:
 
 # Three daphnes behind HAProxy on one port, two rq workers and the scheduler, on
 # PostgreSQL (database $(CLUSTER_DB), created, migrated and seeded when absent) and
-# the system Redis (README "Scale out").
+# the system Redis (docs/scaling.md).
 CLUSTER_DB        ?= library_cluster
 CLUSTER_DATABASE  ?= postgres://postgres@127.0.0.1:5432/$(CLUSTER_DB)
 CLUSTER_REDIS_URL ?= redis://127.0.0.1:6379

@@ -1,6 +1,7 @@
 """Settings, read from the environment in this one place.
 
-Production differs from development only by environment variables (see README).
+Production differs from development only by environment variables: every one is
+listed in docs/configuration.md.
 """
 
 from __future__ import annotations

@@ -246,8 +246,8 @@ def test_a_failed_run_goes_one_by_one_up_to_its_end_not_regrouped(library_rows, 
 def test_a_backlog_drains_in_under_three_statements_per_message(
     library_rows, monkeypatch
 ):
-    # What README's figure is measured by: 200 loans of six books, one drain in
-    # one process, every statement counted (the stream read at once).
+    # What docs/architecture.md's figure is measured by: 200 loans of six books,
+    # one drain in one process, every statement counted (the stream read at once).
     monkeypatch.setattr(streams, "STREAM_GRACE", datetime.timedelta(0))
     Book.objects.update(on_shelf=1000)
     for n in range(200):

@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 REDIS_SERVER = Path(sys.executable).parent / "redis-server"
 SOCKETS = 6
-# The README's promise: a page resynchronises within seconds of Redis coming back
+# docs/architecture.md's promise: a page resynchronises soon after Redis comes back
 # (0.9-2.9 s before this change, by reconnecting). Generous against a loaded
 # machine; what was measured is printed.
 RESYNC_BOUND_S = 6.0

@@ -3,7 +3,7 @@
 A lab is data plus two functions. The ``model`` part reproduces the lesson's experiment
 with its own throwaway data; the optional ``live`` part asks the running system the
 same question. Both take validated parameters and a progress callback and return
-tables in the contract of ``shared/docs/labs.md``.
+tables in the contract of ``docs/labs.md``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run a lesson's lab from the command line (contract: shared/docs/labs.md).
+"""Run a lesson's lab from the command line (contract: docs/labs.md).
 
     manage.py lab                                   list the labs
     manage.py lab SLUG [--set NAME=VALUE ...] [--live] [--json]
