@@ -23,7 +23,8 @@
 
   function post(form) {
     const token = form.querySelector("input[name=csrfmiddlewaretoken]");
-    return fetch(form.action, {
+    // getAttribute: the form's own "action" input hides the form.action property.
+    return fetch(form.getAttribute("action"), {
       method: "POST",
       body: new URLSearchParams(new FormData(form)),
       credentials: "same-origin",
@@ -170,8 +171,8 @@
             list.appendChild(entry);
           });
           list.hidden = body.hints.length === 0;
-          const next = hintForm.querySelector("[data-hint-next]");
-          if (next) next.textContent = String(body.hints.length + 1);
+          const total = button.dataset.hintTotal || String(body.hints.length + body.left);
+          button.textContent = `Show hint ${body.hints.length + 1} of ${total}`;
           hintForm.hidden = body.left <= 0;
           const newest = list.lastElementChild;
           if (newest) newest.focus();
