@@ -10,6 +10,7 @@ that cannot be checked is a 400 with the reason.
 from __future__ import annotations
 
 import logging
+import re
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
@@ -31,6 +32,16 @@ from course.visitors import session_challenge_note, user_id_of
 
 log = logging.getLogger("course.challenges")
 _NOT_FIELDS = {"csrfmiddlewaretoken", "action"}
+
+
+def _sentence(reason: str) -> str:
+    """A reason as a sentence; one that starts with a parameter's name keeps it."""
+    if reason and not _NAMED.match(reason):
+        reason = reason[0].upper() + reason[1:]
+    return reason if reason.endswith((".", "!", "?")) else f"{reason}."
+
+
+_NAMED = re.compile(r"^[a-z][a-z0-9_]*:")
 
 
 def _wants_json(request: HttpRequest) -> bool:
@@ -169,6 +180,7 @@ def _refuse(
     submitted: dict[str, str],
 ) -> HttpResponse:
     """Answer 400 with the reason: JSON, or the lesson page showing it."""
+    reason = _sentence(reason)
     if _wants_json(request):
         return JsonResponse({"error": reason}, status=400)
     values = {n: v for n, v in submitted.items() if n not in _NOT_FIELDS}

@@ -82,6 +82,14 @@ class ChallengePanel:
     def solved(self) -> int:
         return sum(1 for card in self.cards if card.state.solved)
 
+    @property
+    def refused(self) -> ChallengeCard | None:
+        """The card whose answer could not be checked, shown atop a 400 page."""
+        return next(
+            (c for c in self.cards if c.feedback is not None and c.feedback.error),
+            None,
+        )
+
 
 def feedback_store(session: SessionBase, slug: str, cid: str, found: Feedback) -> None:
     """Keep the outcome of an answer sent without JavaScript for the next page view."""

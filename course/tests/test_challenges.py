@@ -461,13 +461,13 @@ def test_an_answer_needs_the_csrf_token():
 @pytest.mark.parametrize(
     ("url", "data", "reason"),
     [
-        (EDGE, {}, "give a value for edge_capacity"),
-        (EDGE, {"edge_capacity": "-1"}, "must be at least 0"),
-        (EDGE, {"edge_capacity": "ten"}, "is not a whole number"),
-        (EDGE, {"edge_capacity": "24", "users": "3"}, "users stays as it is"),
-        (EDGE, {"edge_capacity": "24", "action": "guess"}, "action must be"),
-        (SERVER, {"answer": "many"}, "answer with a number"),
-        (SERVER, {}, "answer with a number"),
+        (EDGE, {}, "Give a value for edge_capacity."),
+        (EDGE, {"edge_capacity": "-1"}, "edge_capacity: must be at least 0, got -1."),
+        (EDGE, {"edge_capacity": "ten"}, "edge_capacity: 'ten' is not a whole number."),
+        (EDGE, {"edge_capacity": "24", "users": "3"}, "Users stays as it is"),
+        (EDGE, {"edge_capacity": "24", "action": "guess"}, "Action must be"),
+        (SERVER, {"answer": "many"}, "Answer with a number, like 12 or 8.5."),
+        (SERVER, {}, "Answer with a number"),
     ],
 )
 def test_an_answer_that_cannot_be_checked_is_a_400_with_the_reason(
@@ -476,6 +476,7 @@ def test_an_answer_that_cannot_be_checked_is_a_400_with_the_reason(
     answer = client.post(url, data, headers=JSON)
     assert answer.status_code == 400
     assert reason in answer.json()["error"]
+    assert answer.json()["error"].endswith(".")
     assert not ChallengeProgress.objects.exists()
 
 
@@ -543,7 +544,7 @@ def test_hints_open_one_at_a_time_and_stay_open(client):
     assert second["left"] == 0
     third = client.post(SERVER, {"action": "hint"}, headers=JSON)
     assert third.status_code == 400
-    assert third.json()["error"] == "every hint is already open"
+    assert third.json()["error"] == "Every hint is already open."
 
 
 @pytest.mark.django_db
@@ -573,8 +574,11 @@ def test_without_javascript_an_unreadable_answer_is_a_400_page_with_the_reason(
     sent = client.post(EDGE, {"edge_capacity": "lots"})
     assert sent.status_code == 400
     page = sent.content.decode()
-    assert "Edge_capacity: &#x27;lots&#x27; is not a whole number." in page
+    assert "edge_capacity: &#x27;lots&#x27; is not a whole number." in page
     assert 'aria-invalid="true"' in page
+    # Said at the top too, with a link to the challenge: the page opens there.
+    assert "could not be checked. edge_capacity: &#x27;lots&#x27;" in page
+    assert 'href="#challenge-edge-big-enough">Back to the challenge</a>' in page
 
 
 @pytest.mark.django_db

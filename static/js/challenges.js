@@ -65,9 +65,9 @@
   function showError(item, message) {
     const box = item.querySelector("[data-challenge-feedback]");
     box.textContent = "";
-    const text = String(message || "That answer could not be checked.");
+    // The server's reasons are sentences already (course.challenge_views).
     const alert = el("div", "alert alert-error");
-    alert.appendChild(el("p", "", text.charAt(0).toUpperCase() + text.slice(1) + (/[.!?]$/.test(text) ? "" : ".")));
+    alert.appendChild(el("p", "", String(message || "That answer could not be checked.")));
     box.appendChild(alert);
   }
 
@@ -143,7 +143,7 @@
             showError(item, body.error);
           }
         })
-        .catch(() => showError(item, "the server could not be reached; try again"))
+        .catch(() => showError(item, "The server could not be reached; try again."))
         .finally(() => {
           button.disabled = false;
           button.removeAttribute("aria-busy");
@@ -177,7 +177,7 @@
           const newest = list.lastElementChild;
           if (newest) newest.focus();
         })
-        .catch(() => showError(item, "the server could not be reached; try again"))
+        .catch(() => showError(item, "The server could not be reached; try again."))
         .finally(() => { button.disabled = false; });
     });
   });
