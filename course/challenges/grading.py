@@ -7,6 +7,7 @@ parameter set and code version and then read from disk; the best choice of a
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -95,12 +96,28 @@ def inline_html(text: str) -> SafeString:
     return mark_safe(_CODE.sub(r"<code>\1</code>", escape(text)))
 
 
-_BEST: dict[tuple[str, str, str], Best | None] = {}
+_BEST: dict[str, Best | None] = {}
+
+
+def _search_key(challenge: Challenge) -> str:
+    """What the best answer depends on: the goal, the settings and the search."""
+    return json.dumps(
+        [
+            challenge.slug,
+            challenge.settings,
+            [condition.source for condition in challenge.require],
+            challenge.objective.source if challenge.objective else "",
+            challenge.direction,
+            challenge.search,
+        ],
+        sort_keys=True,
+    )
 
 
 def challenge_best(challenge: Challenge) -> Best | None:
-    """Return the best choice of a minimise/maximise challenge, searched once."""
-    key = (challenge.slug, challenge.id, repr(challenge))
+    """Return the best choice of a minimise/maximise challenge, searched once per
+    process (its runs are on disk after the first search)."""
+    key = _search_key(challenge)
     if key not in _BEST:
         lab = _lab(challenge)
         _BEST[key] = search_best(challenge, lab, model_runner(lab))
