@@ -45,6 +45,8 @@ def account_home(request: HttpRequest) -> HttpResponse:
             "runs_total": sum(entry.progress.lab_runs for entry in lessons),
             "answers": sum(entry.answered for entry in lessons),
             "questions": sum(entry.questions for entry in lessons),
+            "solved": sum(entry.solved for entry in lessons),
+            "challenges": sum(len(entry.challenges) for entry in lessons),
             "runs": runs,
             "live_last_hour": sum(1 for spent in usage.last_hour if spent.live),
             "cost_last_hour": round(sum(spent.cost for spent in usage.last_hour), 1),

@@ -69,7 +69,7 @@ def _adopt(
 ) -> None:
     adopted = learner_adopt(user_id=int(user.pk), visitor=visitor, progress=progress)
     session_progress_clear(request.session)
-    if adopted.runs or adopted.lessons:
+    if adopted.runs or adopted.lessons or adopted.challenges:
         log.info(
             "account %s took over %s runs and %s lessons' progress from its session",
             user.pk,

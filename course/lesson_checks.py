@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ElementTree
 
 from django.urls import NoReverseMatch, reverse
 
+from course.challenges.problems import challenge_problems
 from course.labs.harness.base import Tables
 from course.labs.registry import lab_find
 from course.lessons import Lesson
@@ -299,4 +300,5 @@ def lesson_problems(lesson: Lesson) -> list[str]:
         *_params(text, lesson.slug),
         *_links(text),
         *_questions(text),
+        *challenge_problems(lesson.slug, text),
     ]

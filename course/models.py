@@ -42,6 +42,39 @@ class LessonProgress(models.Model):
         return f"{self.user_id} · {self.slug}"
 
 
+class ChallengeProgress(models.Model):
+    """A signed-in learner's work on one challenge of a lesson (``[[challenges]]``).
+
+    A row appears with the first answer or hint; ``solved_at`` is set by the first
+    right answer and kept, with the answer that solved it. ``hints`` is how many
+    of the challenge's hints the learner has opened, one at a time.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="challenge_progress",
+    )
+    slug = models.SlugField(max_length=80)
+    challenge = models.CharField(max_length=60)
+    attempts = models.PositiveIntegerField(default=0)
+    hints = models.PositiveSmallIntegerField(default=0)
+    solved_at = models.DateTimeField(null=True, blank=True)
+    answer = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "slug", "challenge"], name="challenge_progress_once"
+            )
+        ]
+        verbose_name_plural = "challenge progress"
+
+    def __str__(self) -> str:
+        return f"{self.user_id} · {self.slug} · {self.challenge}"
+
+
 class ProbeEffect(models.Model):
     """The effect of a ``lab_probe`` message: one row per application, repeats kept.
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.urls import NoReverseMatch, reverse
 
+from course.challenges.spec import challenge_ids
 from course.forms import PREDICTION_ERROR, prediction_parse
 from course.interpret import Interpretation, figure_text, run_interpret
 from course.labs.harness.base import Lab
@@ -28,10 +29,15 @@ class LessonEntry:
     questions: int
     has_lab: bool
     progress: ProgressView
+    challenges: tuple[str, ...] = ()
 
     @property
     def answered(self) -> int:
         return self.progress.answered_of(self.questions)
+
+    @property
+    def solved(self) -> int:
+        return self.progress.solved_of(self.challenges)
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ def _entry(lesson: Lesson, progress: dict[str, ProgressView]) -> LessonEntry:
         questions=outline.questions if outline is not None else 0,
         has_lab=lesson.slug in LABS,
         progress=progress.get(lesson.slug, NO_PROGRESS),
+        challenges=challenge_ids(lesson.slug),
     )
 
 

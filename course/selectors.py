@@ -5,10 +5,15 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db.models import Max, Sum
 
+from course.challenges.selectors import (
+    challenges_solved,
+    challenges_solved_by_slug,
+    session_solved,
+)
 from course.labs.registry import LABS
 from course.lessons import Area, Lesson, lessons_by_area
 from course.models import LabAllowance, LabRun, LabWorkerState, LessonProgress
@@ -39,9 +44,14 @@ class ProgressView:
     read: bool
     lab_runs: int
     answered: frozenset[int]
+    # The ids of the lesson's challenges the learner has solved.
+    solved: frozenset[str] = frozenset()
 
     def answered_of(self, total: int) -> int:
         return len({n for n in self.answered if 0 <= n < total})
+
+    def solved_of(self, ids: Iterable[str]) -> int:
+        return len(self.solved.intersection(ids))
 
 
 NO_PROGRESS = ProgressView(read=False, lab_runs=0, answered=frozenset())
@@ -51,14 +61,19 @@ def progress_by_slug(*, user_id: int | None) -> dict[str, ProgressView]:
     """Return the learner's progress per lesson slug ({} for an anonymous visitor)."""
     if user_id is None:
         return {}
-    return {
+    solved = challenges_solved_by_slug(user_id=user_id)
+    views = {
         row.slug: ProgressView(
             read=row.read_at is not None,
             lab_runs=row.lab_runs,
             answered=frozenset(n for n in row.answered if isinstance(n, int)),
+            solved=solved.get(row.slug, frozenset()),
         )
         for row in LessonProgress.objects.filter(user_id=user_id)
     }
+    for slug, ids in solved.items():
+        views.setdefault(slug, replace(NO_PROGRESS, solved=ids))
+    return views
 
 
 def progress_of_session(
@@ -68,7 +83,12 @@ def progress_of_session(
     views = {}
     for slug, entry in entries.items():
         read, answered, lab_runs = progress_entry(entry)
-        views[slug] = ProgressView(read=read, lab_runs=lab_runs, answered=answered)
+        views[slug] = ProgressView(
+            read=read,
+            lab_runs=lab_runs,
+            answered=answered,
+            solved=session_solved(entry),
+        )
     return views
 
 
@@ -76,13 +96,15 @@ def progress_get(*, user_id: int | None, slug: str) -> ProgressView:
     """Return the learner's progress on one lesson."""
     if user_id is None:
         return NO_PROGRESS
+    solved = challenges_solved(user_id=user_id, slug=slug)
     row = LessonProgress.objects.filter(user_id=user_id, slug=slug).first()
     if row is None:
-        return NO_PROGRESS
+        return replace(NO_PROGRESS, solved=solved)
     return ProgressView(
         read=row.read_at is not None,
         lab_runs=row.lab_runs,
         answered=frozenset(n for n in row.answered if isinstance(n, int)),
+        solved=solved,
     )
 
 

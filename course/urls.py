@@ -1,6 +1,6 @@
 from django.urls import URLPattern, path
 
-from course import views
+from course import challenge_views, views
 
 urlpatterns: list[URLPattern] = [
     path("", views.course_index, name="course-index"),
@@ -10,6 +10,11 @@ urlpatterns: list[URLPattern] = [
     path("<slug:slug>/run", views.course_lab_run, name="course-lab-run"),
     path("<slug:slug>/progress", views.course_progress, name="course-progress"),
     path("<slug:slug>/compare", views.course_runs_compared, name="course-compare"),
+    path(
+        "<slug:slug>/challenges/<slug:challenge_id>",
+        challenge_views.course_challenge,
+        name="course-challenge",
+    ),
     path(
         "<slug:slug>/runs/<uuid:job_id>/explained",
         views.course_run_explained,

@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from course.access import SHARE_PARAM, lab_run_owned, lab_run_readable, share_token
+from course.challenges.pages import challenge_panel
 from course.compare import (
     FIRST,
     SECOND,
@@ -230,10 +231,19 @@ def _render_lesson(
             "joined": job_joined,
             "share_url": share.get("url", ""),
             "predict": predict,
+            "challenges": challenge_panel(request, lesson.slug),
         },
         status=status,
     )
     return response
+
+
+def lesson_page(
+    request: HttpRequest, lesson: Lesson, *, status: int = 200
+) -> HttpResponse:
+    """The lesson page as ``course_lesson`` renders it, with another status (a form
+    elsewhere on the page was refused, its reason shown beside it)."""
+    return _render_lesson(request, lesson, lab_find(lesson.slug), None, status=status)
 
 
 def _share_links(

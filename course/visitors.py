@@ -94,6 +94,50 @@ def session_progress_note(
     session[PROGRESS_KEY] = progress
 
 
+def session_challenge_note(
+    session: SessionBase,
+    *,
+    slug: str,
+    challenge: str,
+    attempt: bool = False,
+    hint_total: int | None = None,
+    solved_answer: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Record an answer (``attempt``, and ``solved_answer`` when it was right) or one
+    more hint opened (up to ``hint_total``) of a challenge; return its entry."""
+    progress = session_progress(session)
+    entry = dict(progress.get(slug, {}))
+    challenges = challenge_entries(entry)
+    state = dict(challenges.get(challenge, {}))
+    if attempt:
+        state["attempts"] = _count(state.get("attempts")) + 1
+    if hint_total is not None:
+        state["hints"] = min(_count(state.get("hints")) + 1, hint_total)
+    if solved_answer is not None and state.get("solved") is not True:
+        state["solved"] = True
+        state["answer"] = dict(solved_answer)
+    challenges[challenge] = state
+    entry["challenges"] = challenges
+    progress[slug] = entry
+    session[PROGRESS_KEY] = progress
+    return state
+
+
+def _count(raw: object) -> int:
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 0
+
+
+def challenge_entries(entry: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Return a session progress entry's challenges: {id: {attempts, hints, solved,
+    answer}}, whatever a tampered or older session holds."""
+    raw = entry.get("challenges")
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        str(cid): dict(state) for cid, state in raw.items() if isinstance(state, dict)
+    }
+
+
 def session_progress_clear(session: SessionBase) -> None:
     """Forget the visitor's session progress (it now lives in their account)."""
     session.pop(PROGRESS_KEY, None)

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from course.challenges.services import challenges_adopt
 from course.models import AccountDeletion, LabRun, LessonProgress
 from course.selectors import PREDICTION_KEY
 from course.visitors import progress_entry
@@ -65,6 +66,7 @@ def progress_lab_run(*, user_id: int, slug: str, runs: int = 1) -> None:
 class Adopted:
     runs: int
     lessons: int
+    challenges: int = 0
 
 
 def learner_adopt(
@@ -76,6 +78,7 @@ def learner_adopt(
     progress per lesson. Runs change owner; progress merges with what the account
     has (read stays read, answers add up, runs are counted). Safe to repeat: the
     runs already moved are not found again, and the caller clears the session.
+    The visitor's challenges (answers, hints, solved) merge as well.
     """
     owner = f"user:{user_id}"
     now = timezone.now()
@@ -90,6 +93,7 @@ def learner_adopt(
                 created_by_id=user_id
             )
         lessons = 0
+        challenges = challenges_adopt(user_id=user_id, progress=progress)
         for slug, entry in progress.items():
             read, answered, lab_runs = progress_entry(entry)
             if not (read or answered or lab_runs):
@@ -102,7 +106,7 @@ def learner_adopt(
             row.lab_runs += lab_runs
             row.save(update_fields=["read_at", "answered", "lab_runs", "updated_at"])
             lessons += 1
-    return Adopted(runs=runs, lessons=lessons)
+    return Adopted(runs=runs, lessons=lessons, challenges=challenges)
 
 
 def account_delete(*, user_id: int) -> AccountDeletion:

@@ -5,7 +5,8 @@
 A lesson's page fills its figures from its lab's model, some of them with changed
 parameters (the queueing labs' simulations take seconds). The runs are kept on disk
 (``course.textbook``), so one warm-up serves every process until the labs' code
-changes. ``make run`` runs it after the migrations.
+changes. ``make run`` runs it after the migrations. It also runs each challenge's
+search for its best answer (``course.challenges``), so checking one is a disk read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from course.challenges.grading import challenge_best
+from course.challenges.spec import lesson_challenges
 from course.lessons import LESSONS
 from course.textbook import lesson_text
 
@@ -26,6 +29,9 @@ class Command(BaseCommand):
         began = time.monotonic()
         for lesson in LESSONS:
             lesson_text(lesson.slug)
+            for challenge in lesson_challenges(lesson.slug):
+                if challenge.usable and challenge.direction:
+                    challenge_best(challenge)
         self.stdout.write(
             f"{len(LESSONS)} lessons rendered in {time.monotonic() - began:.1f} s"
         )

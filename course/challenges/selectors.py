@@ -1,0 +1,86 @@
+"""Reads of a learner's challenges: from their account, or from their session."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from course.models import ChallengeProgress
+from course.visitors import challenge_entries
+
+
+@dataclass(frozen=True)
+class ChallengeState:
+    """Where a learner stands with one challenge."""
+
+    attempts: int = 0
+    hints: int = 0
+    solved: bool = False
+    answer: Mapping[str, str] = field(default_factory=dict)
+
+
+NOT_STARTED = ChallengeState()
+
+
+def _count(raw: object) -> int:
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 0
+
+
+def _answer(raw: object) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def state_of_entry(raw: Mapping[str, Any]) -> ChallengeState:
+    """Return one challenge's state as the session keeps it."""
+    return ChallengeState(
+        attempts=_count(raw.get("attempts")),
+        hints=_count(raw.get("hints")),
+        solved=raw.get("solved") is True,
+        answer=_answer(raw.get("answer")),
+    )
+
+
+def session_states(entry: Mapping[str, Any]) -> dict[str, ChallengeState]:
+    """Return the challenges of one lesson's session progress entry."""
+    return {cid: state_of_entry(raw) for cid, raw in challenge_entries(entry).items()}
+
+
+def session_solved(entry: Mapping[str, Any]) -> frozenset[str]:
+    """Return the ids a visitor solved, from one lesson's session progress entry."""
+    return frozenset(cid for cid, s in session_states(entry).items() if s.solved)
+
+
+def challenge_states(*, user_id: int, slug: str) -> dict[str, ChallengeState]:
+    """Return the learner's state of every challenge of ``slug`` they touched."""
+    return {
+        row.challenge: ChallengeState(
+            attempts=row.attempts,
+            hints=row.hints,
+            solved=row.solved_at is not None,
+            answer=_answer(row.answer),
+        )
+        for row in ChallengeProgress.objects.filter(user_id=user_id, slug=slug)
+    }
+
+
+def challenges_solved(*, user_id: int, slug: str) -> frozenset[str]:
+    """Return the ids of the challenges of ``slug`` the learner solved."""
+    return frozenset(
+        ChallengeProgress.objects.filter(
+            user_id=user_id, slug=slug, solved_at__isnull=False
+        ).values_list("challenge", flat=True)
+    )
+
+
+def challenges_solved_by_slug(*, user_id: int) -> dict[str, frozenset[str]]:
+    """Return the ids of the challenges the learner solved, per lesson."""
+    found: defaultdict[str, set[str]] = defaultdict(set)
+    for slug, challenge in ChallengeProgress.objects.filter(
+        user_id=user_id, solved_at__isnull=False
+    ).values_list("slug", "challenge"):
+        found[slug].add(challenge)
+    return {slug: frozenset(ids) for slug, ids in found.items()}
