@@ -41,6 +41,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import capfirst
 from redis.exceptions import RedisError
 
 from jobs.admin_mixins import ReadOnlyAdminMixin
@@ -560,7 +561,7 @@ def _holder_note(holder: LeaseHolder) -> str:
     if not state.dead:
         return ""
     return format_html(
-        '<br><span class="sched-dead-holder">not running: {}</span>', state.explanation
+        '<br><span class="sched-dead-holder">{}</span>', capfirst(state.explanation)
     )
 
 

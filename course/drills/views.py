@@ -88,6 +88,7 @@ def drill_view(
     refusal: DrillRefused | None = None,
 ) -> HttpResponse:
     drill = _drill_or_404(slug)
+    drills_expire()  # a drill whose supervisor died shows as ended, not as open
     job = _mine(request, drill)
     if _open(job):
         assert job is not None
@@ -170,6 +171,7 @@ def drill_status(request: HttpRequest, job: JobStatus) -> dict[str, Any]:
 def drill_status_json(request: HttpRequest, slug: str) -> JsonResponse:
     """The learner's drill of ``slug`` as JSON (``drills.js`` polls it)."""
     drill = _drill_or_404(slug)
+    drills_expire()
     job = _mine(request, drill)
     if job is None:
         return JsonResponse({"state": None})
@@ -182,7 +184,6 @@ def drill_status_json(request: HttpRequest, slug: str) -> JsonResponse:
 @require_POST
 def drill_start_view(request: HttpRequest, slug: str) -> HttpResponse:
     drill = _drill_or_404(slug)
-    drills_expire()
     try:
         started = drill_start(drill=drill, user=request.user)
     except DrillRefused as refusal:

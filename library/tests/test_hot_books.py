@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -52,7 +53,7 @@ def page_keys(scope: str) -> list[str]:
 
 def expire_fresh_time(key: str) -> None:
     """What time does to a stale-while-revalidate entry: its fresh time passes."""
-    entry = decode(cache_redis().get(key))
+    entry = decode(cast(bytes, cache_redis().get(key)))
     entry["f"] = int(time.time() * 1000) - 1
     cache_redis().set(key, encode(entry), keepttl=True)
 
@@ -88,7 +89,7 @@ def test_a_hot_book_is_served_stale_and_refreshed_behind_the_reader(
     assert threading.get_ident() not in origin_threads  # the reader did not wait
     assert refreshes_wait(10)
     assert len(origin_threads) == 1  # one refresh, in the background
-    assert decode(cache_redis().get(key))["f"] > time.time() * 1000
+    assert decode(cast(bytes, cache_redis().get(key)))["f"] > time.time() * 1000
     assert hot.hot_books_unmark([book.pk]) == 1
     assert not hot.book_is_hot(book.pk)
 

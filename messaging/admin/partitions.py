@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import capfirst
 
 from jobs.admin_mixins import ReadOnlyAdminMixin
 from jobs.holders import holder_state
@@ -87,9 +88,9 @@ class PartitionLeaseAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[PartitionLease]):
             return "—"
         if partition_holder_dead(lease):
             return format_html(
-                '{}<br><span class="lease-dead-owner">not running: {}</span>',
+                '{}<br><span class="lease-dead-owner">{}</span>',
                 lease.owner,
-                holder_state(lease.owner).explanation,
+                capfirst(holder_state(lease.owner).explanation),
             )
         return lease.owner
 

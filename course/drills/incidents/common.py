@@ -28,7 +28,7 @@ from messaging.services import messaging_drain
 # How long a check waits for work it set moving (a redrive, a rewind) to settle.
 SETTLE_S: Final = 20.0
 # A retry due this soon is waited for rather than judged.
-_SOON: Final = datetime.timedelta(seconds=10)
+SOON: Final = datetime.timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def deliveries_in_flight(subscriptions: Iterable[str] | None = None) -> bool:
     pending = Delivery.objects.filter(status=Delivery.Status.PENDING)
     if subscriptions is not None:
         pending = pending.filter(subscription__in=list(subscriptions))
-    soon = now + _SOON
+    soon = now + SOON
     due = pending.filter(available_at__lte=soon).filter(
         Q(leased_until__isnull=True) | Q(leased_until__lte=soon)
     )

@@ -36,8 +36,10 @@ from library.models import Book
 
 READERS: Final = 24
 ROUNDS: Final = 6
-# A window that surely holds the checker's own burst (metrics are minute buckets).
-WINDOW_MINUTES: Final = 5
+# The counters are minute buckets summed over a window that slides with the clock:
+# a day, so that no bucket with events in it (the seed's) leaves the window between
+# the checker's two readings and the difference is the burst's own.
+WINDOW_MINUTES: Final = 24 * 60
 COUNTED: Final = (
     "misses",
     "origin_calls",

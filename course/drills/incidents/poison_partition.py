@@ -28,6 +28,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from course.drills.incidents.common import (
+    SOON,
     Findings,
     Verdict,
     dead_process_token,
@@ -138,10 +139,11 @@ def _is_poison(body: object) -> bool:
 def _moving() -> bool:
     """Whether a worker has a partition to take, or is working one through.
 
-    A partition held by a dead worker is not moving: that is what is judged.
+    A head whose retry is due within moments counts as moving; a partition held by
+    a dead worker does not: that is what is judged.
     """
     now = timezone.now()
-    if partition_work(now):
+    if partition_work(now + SOON):
         return True
     held = PartitionLease.objects.filter(
         subscription=SUBSCRIPTION, leased_until__gt=now

@@ -121,7 +121,9 @@ def check() -> Verdict:
         state == StreamConsumer.State.OK,
         f"{CONSUMER} is running (state ok).",
         f"{CONSUMER} is {state}: "
-        + (consumer.last_error if consumer and consumer.last_error else "stopped")
+        + (
+            consumer.last_error if consumer and consumer.last_error else "stopped"
+        ).rstrip(".")
         + ".",
     )
     newest = OutboxMessage.objects.aggregate(n=Max("id"))["n"] or 0

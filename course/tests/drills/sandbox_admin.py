@@ -8,6 +8,7 @@ read from the page itself, the CSRF token from the sandbox's own cookie.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
@@ -90,7 +91,7 @@ class SandboxAdmin:
         return self.post(form.action or page_path, data)
 
     def action(
-        self, changelist: str, action: str, ids: list[int], **extra: str
+        self, changelist: str, action: str, ids: Sequence[object], **extra: str
     ) -> httpx.Response:
         """Run a changelist action on ``ids``: its confirmation page, then "yes"."""
         data = [("action", action), *(("_selected_action", str(i)) for i in ids)]
