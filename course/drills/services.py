@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from django.conf import settings
@@ -147,10 +148,15 @@ def drill_start(
     return Started(job, token)
 
 
+# A supervisor's log (its start-up and any crash) is kept this long.
+LOG_KEPT_S: Final = 7 * 24 * 3600
+
+
 def supervisor_spawn(job_id: uuid.UUID) -> None:
     """Start the drill's supervisor, detached: it outlives this request."""
     path = log_path(job_id)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _old_logs_remove(path.parent)
     with open(path, "ab") as output:
         process = subprocess.Popen(
             manage_command("drill", "supervise", str(job_id)),
@@ -163,6 +169,14 @@ def supervisor_spawn(job_id: uuid.UUID) -> None:
         )
     # Reaped when it ends, so a long-lived server collects no zombies.
     threading.Thread(target=process.wait, daemon=True).start()
+
+
+def _old_logs_remove(folder: Path) -> None:
+    cutoff = time.time() - LOG_KEPT_S
+    for old in folder.glob("*.log"):
+        with contextlib.suppress(OSError):
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
 
 
 def _request(job: JobStatus, **changes: Any) -> bool:

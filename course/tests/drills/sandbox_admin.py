@@ -51,7 +51,8 @@ class SandboxAdmin:
 
     def __init__(self, base: str) -> None:
         self.base = base
-        self.http = httpx.Client(base_url=base, timeout=60.0)
+        # Generous: the sandbox's processes run niced, and answer late under load.
+        self.http = httpx.Client(base_url=base, timeout=180.0)
 
     def close(self) -> None:
         self.http.close()

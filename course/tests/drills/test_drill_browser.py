@@ -21,6 +21,9 @@ from tests.processes import (
 )
 
 SHOTS = ROOT / "screenshots"
+# The sandbox's processes run niced: on a loaded machine they answer late. Every
+# wait of these tests ends as soon as its condition holds; the deadlines are only
+# for a hung process.
 READY_MS = 180_000
 PASSWORD = "pw-drill-browser-1"
 
@@ -60,10 +63,12 @@ def site(transactional_db, redis_client, monkeypatch):
                 .exists()
             ),
             "the drills to close",
+            READY_MS / 1000,
         )
 
 
 def sign_in(page, site: str, slug: str) -> None:
+    page.context.set_default_timeout(READY_MS)
     page.goto(f"{site}/accounts/login/?next=/course/drills/{slug}/")
     page.fill("#id_login", "drill-reader")
     page.fill("#id_password", PASSWORD)
@@ -85,8 +90,13 @@ def start(page, shot: str):
 
 
 def check_passes(page, shot: str) -> None:
-    page.click("#drill-check")
-    page.wait_for_selector('[data-drill-result="passed"]', timeout=READY_MS)
+    # "Still moving" asks to check again; anything else is the verdict.
+    for _ in range(5):
+        page.click("#drill-check")
+        result = page.wait_for_selector("[data-drill-result]", timeout=READY_MS)
+        if result.get_attribute("data-drill-result") != "settling":
+            break
+    assert result.get_attribute("data-drill-result") == "passed"
     page.screenshot(path=str(SHOTS / f"{shot}-passed-desktop.png"), full_page=True)
     page.set_viewport_size({"width": 390, "height": 844})
     page.reload()
