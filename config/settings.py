@@ -257,6 +257,13 @@ LAB_LEASE_S = env_int("LIBRARY_LAB_LEASE_S", 20, minimum=3)
 # The lab worker's CPU priority (nice value, inherited by every process it starts),
 # so a class's runs yield the CPU to the library's own web and workers.
 LAB_NICE = env_int("LIBRARY_LAB_NICE", 10, minimum=0)
+# --- Operator drills (course.drills) ---------------------------------------------
+# A drill is an incident in a sandbox of its own, served by a daphne of its own on
+# 127.0.0.1. Drills open at once on the site, closed after this long without the
+# learner's drill page asking after them, and at the latest after the longest.
+DRILLS_OPEN = env_int("LIBRARY_DRILLS_OPEN", 4, minimum=1)
+DRILL_IDLE_S = env_int("LIBRARY_DRILL_IDLE_S", 900, minimum=30)
+DRILL_LONGEST_S = env_int("LIBRARY_DRILL_LONGEST_S", 3600, minimum=60)
 
 # channels-redis waits for a consumer's next message with a 5 s blocking pop
 # (RedisChannelLayer.brpop_timeout); redis-py's default read timeout is also 5 s, so
@@ -371,6 +378,12 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
+# A drill's sandbox serves the site on another port of the same host, and browsers
+# keep cookies per host, not per port: its cookies get names of their own, so
+# signing in there never signs the learner out here (course.drills).
+COOKIE_PREFIX = env_str("LIBRARY_COOKIE_PREFIX", "")
+SESSION_COOKIE_NAME = f"{COOKIE_PREFIX}sessionid"
+CSRF_COOKIE_NAME = f"{COOKIE_PREFIX}csrftoken"
 
 # --- Static files -------------------------------------------------------------
 STATIC_URL = "static/"

@@ -23,6 +23,14 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
         inline=True,
     ),
     PeriodicTask(
+        # A drill's supervisor closes its own drill when idle; this finishes the
+        # drills whose supervisor was killed or hung (and sweeps what they left)
+        # when nobody looks at the drill pages, which do the same.
+        name="drills_expire",
+        func="course.drills.services.drills_expire",
+        recurrence=Every.minutes(1),
+    ),
+    PeriodicTask(
         # Every anonymous visitor who runs a lab or reads a lesson gets a session:
         # expired ones are deleted nightly (Django's clearsessions).
         name="sessions_clear_expired",

@@ -1,9 +1,11 @@
-from django.urls import URLPattern, path
+from django.urls import URLPattern, URLResolver, include, path
 
 from course import challenge_views, views
 
-urlpatterns: list[URLPattern] = [
+urlpatterns: list[URLPattern | URLResolver] = [
     path("", views.course_index, name="course-index"),
+    # Before the lesson routes: "drills" is not a lesson slug.
+    path("drills/", include("course.drills.urls")),
     # Before the lesson routes: "source" is not a lesson slug.
     path("source/<path:path>", views.course_source, name="course-source"),
     path("<slug:slug>/", views.course_lesson, name="course-lesson"),

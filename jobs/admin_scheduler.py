@@ -7,7 +7,8 @@ are read live from Redis on every page view (an unreachable Redis shows as such,
 a 500). The three operator actions go through ``jobs.scheduler_actions``, which keeps
 their audit trail; a task's page lists it as its history.
 
-- Run now needs ``jobs.run_scheduled_task``; pause and resume need
+- Run now, and breaking a lease whose holder is shown dead (so that a run can go
+  ahead), need ``jobs.run_scheduled_task``; pause and resume need
   ``jobs.pause_scheduled_task``. Staff without one see no button for it and get a
   403 on its page.
 - Each action has its own page: GET shows what the action will do (and what is in
@@ -40,9 +41,11 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import capfirst
 from redis.exceptions import RedisError
 
 from jobs.admin_mixins import ReadOnlyAdminMixin
+from jobs.holders import holder_state
 from jobs.locks import LeaseHolder, lease_holder
 from jobs.models import ScheduledTaskState
 from jobs.permissions import PAUSE_SCHEDULED_TASK, RUN_SCHEDULED_TASK, user_may
@@ -52,6 +55,7 @@ from jobs.scheduler_actions import (
     REASON_MAX,
     ScheduleActionError,
     run_now_refusal,
+    scheduled_task_lease_break,
     scheduled_task_pause,
     scheduled_task_resume,
     scheduled_task_run_now,
@@ -123,7 +127,8 @@ class _Action:
 _RUN_NOW = _Action("run-now", "Run now", RUN_SCHEDULED_TASK, False, "Queued a run of")
 _PAUSE = _Action("pause", "Pause", PAUSE_SCHEDULED_TASK, True, "Paused")
 _RESUME = _Action("resume", "Resume", PAUSE_SCHEDULED_TASK, False, "Resumed")
-_ACTIONS = {action.kind: action for action in (_RUN_NOW, _PAUSE, _RESUME)}
+_BREAK = _Action("break-lease", "Break lease", RUN_SCHEDULED_TASK, True, "Broke")
+_ACTIONS = {action.kind: action for action in (_RUN_NOW, _PAUSE, _RESUME, _BREAK)}
 
 
 class PausedFilter(admin.SimpleListFilter):
@@ -283,9 +288,10 @@ class ScheduledTaskStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ScheduledTask
             return "free"
         return format_html(
             '<span class="sched-holder">{}</span><br>'
-            '<span class="sched-quiet">until {}</span>',
+            '<span class="sched-quiet">until {}</span>{}',
             holder.owner,
             _utc_text(holder.expires_at),
+            _holder_note(holder),
         )
 
     @admin.display(description="totals")
@@ -357,7 +363,9 @@ class ScheduledTaskStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ScheduledTask
         holder = self._holder(obj)
         if isinstance(holder, str):
             return holder
-        return holder.owner if holder else "free"
+        if holder is None:
+            return "free"
+        return format_html("{}{}", holder.owner, _holder_note(holder))
 
     @admin.display(description="lease expires")
     def lease_expires(self, obj: ScheduledTaskState) -> str:
@@ -408,6 +416,10 @@ class ScheduledTaskStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ScheduledTask
             offered.append(_RUN_NOW)
         if self.has_pause_permission(request):
             offered.append(_RESUME if state.is_paused else _PAUSE)
+        if self.has_run_now_permission(request) and isinstance(
+            self._holder(state), LeaseHolder
+        ):
+            offered.append(_BREAK)
         return [(f"{a.verb}…", _action_url(state.name, a)) for a in offered]
 
     # --- the action pages -------------------------------------------------------------
@@ -429,7 +441,7 @@ class ScheduledTaskStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ScheduledTask
         action = _ACTIONS[kind]
         allowed = (
             self.has_run_now_permission(request)
-            if action is _RUN_NOW
+            if action in (_RUN_NOW, _BREAK)
             else self.has_pause_permission(request)
         )
         if not (self.has_view_permission(request) and allowed):
@@ -471,6 +483,14 @@ class ScheduledTaskStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ScheduledTask
                 f"{action.done} {name} for the slot {_utc_text(row.slot)}; "
                 "its outcome shows in the history below."
             )
+        if action is _BREAK:
+            outcome = scheduled_task_lease_break(
+                name=name, user=request.user, reason=reason
+            )
+            return (
+                f"{action.done} the lease of {name}: {outcome}. A slot it kept from "
+                "running is not made up by itself: run it now if one was skipped."
+            )
         if action is _PAUSE:
             scheduled_task_pause(name=name, user=request.user, reason=reason)
             return (
@@ -505,6 +525,11 @@ class ScheduledTaskStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ScheduledTask
             ),
             "lease": _lease_text(holder),
             "lease_held": holder is not None,
+            "holder_note": (
+                holder_state(holder.owner).explanation
+                if isinstance(holder, LeaseHolder)
+                else ""
+            ),
             "slot": _utc_text(current_slot(task.recurrence, now)),
             "next_run": _utc_text(state.next_run_at if state else None),
             "pass_slot": task.pass_slot,
@@ -528,6 +553,16 @@ def _lease_reading(name: str) -> LeaseHolder | str | None:
         return lease_holder(schedule_redis(), lease_name(name), now=timezone.now())
     except RedisError:
         return "Redis unreachable"
+
+
+def _holder_note(holder: LeaseHolder) -> str:
+    """Say when the holder is a process of this host that no longer runs."""
+    state = holder_state(holder.owner)
+    if not state.dead:
+        return ""
+    return format_html(
+        '<br><span class="sched-dead-holder">{}</span>', capfirst(state.explanation)
+    )
 
 
 def _lease_text(holder: LeaseHolder | str | None) -> str:

@@ -26,6 +26,11 @@ they neither hold a place nor become ``drop_oldest``'s victim. A job evicted by
 cancel, ``run_admitted`` finds it in the ``bp:<queue>:displaced`` set and does not
 run it, so a dropped job never runs.
 
+An operator may resize a bound while it runs (``bound_resize``, the admin's
+*Bounded queues* page): the capacity stored under ``bp:<queue>:capacity`` wins over
+the producers' own from their next offer on. Each admission records the capacity
+it applied and the rq queue in the stats hash, so the page can show both.
+
 A place can leak only if a job is admitted and never pushed (the process died in
 between) or its rq job is deleted by hand: when the set is full, entries older than
 ``STALE_AFTER_S`` whose rq job hash is gone are purged before refusing anyone.
@@ -65,6 +70,10 @@ STARTING_SCAN: Final = 16
 _ADMIT = """
 local waiting, stats, displaced, starting = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, capacity, policy = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+-- An operator's resize (bound_resize) wins over the producers' own capacity.
+local resized = redis.call('GET', KEYS[5])
+if resized then capacity = tonumber(resized) end
+redis.call('HSET', stats, 'capacity', capacity, 'queue', ARGV[10])
 local stale_ms, job_prefix = tonumber(ARGV[4]), ARGV[5]
 local count_attempt = ARGV[6] == '1'
 local t = redis.call('TIME')
@@ -274,7 +283,7 @@ class BoundedQueue:
 
     def _ask(self, job_id: str, *, count_attempt: bool) -> tuple[bool, str, int]:
         reply = self._admit(
-            keys=list(self._keys),
+            keys=[*self._keys, capacity_key(self.name)],
             args=[
                 job_id,
                 self.capacity,
@@ -285,6 +294,7 @@ class BoundedQueue:
                 DISPLACED_TTL_S,
                 self.queue.key,
                 STARTING_SCAN,
+                self.queue.name,
             ],
         )
         admitted, victim, depth = cast(list[Any], reply)
@@ -309,6 +319,26 @@ def buffer_keys(name: str) -> tuple[str, str, str, str]:
     )
 
 
+def capacity_key(name: str) -> str:
+    """Return the key of an operator's capacity for the bound ``name`` (if resized)."""
+    return f"bp:{name}:capacity"
+
+
+def bound_resize(redis: Redis, name: str, capacity: int | None) -> None:
+    """Set the capacity every producer of the bound ``name`` admits up to.
+
+    It wins over the capacity the producers were built with, from their next offer
+    on; ``None`` gives them theirs back. Jobs already waiting stay: a bound made
+    smaller than its depth admits nothing until its workers bring it under.
+    """
+    if capacity is None:
+        redis.delete(capacity_key(name))
+        return
+    if capacity < 1:
+        raise ValueError("capacity must be at least 1")
+    redis.set(capacity_key(name), capacity)
+
+
 def buffer_stats(redis: Redis, name: str) -> BufferStats:
     """Return depth (waiting now), peak, counters and the wait of delivered jobs."""
     waiting, stats_key, _, _ = buffer_keys(name)
@@ -316,7 +346,11 @@ def buffer_stats(redis: Redis, name: str) -> BufferStats:
     pipe.zcard(waiting)
     pipe.hgetall(stats_key)
     depth, raw = pipe.execute()
-    fields = {k.decode(): int(v) for k, v in cast(dict[bytes, bytes], raw).items()}
+    fields = {
+        k.decode(): int(v)
+        for k, v in cast(dict[bytes, bytes], raw).items()
+        if k != b"queue"  # the rq queue's name, the one field that is no count
+    }
     delivered = fields.get("delivered", 0)
     return {
         "depth": int(depth),

@@ -190,6 +190,24 @@ class LeaseLock(Lock):
                 log.exception("lease %s: renewal failed", self.name)
 
 
+_BREAK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def lease_break(redis: Redis, name: str, *, owner: str) -> bool:
+    """Delete the lease ``name`` if ``owner`` still holds it; return whether it did.
+
+    For an operator whose check found the holder dead: a compare-and-delete in one
+    script, so a lease taken over meanwhile by a new holder is left alone.
+    """
+    script = redis.register_script(_BREAK)
+    return bool(script(keys=[lock_key(name)], args=[owner]))
+
+
 @contextmanager
 def lease(
     redis: Redis, name: str, *, lease_ms: int, renew: bool = True

@@ -10,6 +10,11 @@ transaction that makes the change, so the history can never disagree with the st
 - **Resume** clears the pause and moves the next slot to the first one after now.
   The slots that fell in the pause are not made up, whatever the task's catch-up
   policy: catch-up repairs a scheduler outage, a pause is the operator's decision.
+- **Break lease** deletes a task's lease whose holder is shown dead: a process on
+  this host that no longer runs (``jobs.holders``). The lease would free itself
+  when it runs out; until then every slot is skipped and run-now is refused. A
+  holder that may still run (alive, or on another host) is refused: breaking its
+  lease would let a second run overlap it. Audited in the admin's log of the task.
 - **Run now** queues one run of the task's current slot (the newest slot at or
   before now, ``jobs.recurrence.current_slot``) on the task's rq queue. The worker
   runs it through ``leased_run``, the scheduler's own path, so it never overlaps a
@@ -27,6 +32,7 @@ import datetime
 import logging
 
 import django_rq
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
@@ -34,7 +40,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from jobs.locks import lease_holder
+from jobs.holders import holder_state
+from jobs.locks import lease_break, lease_holder
 from jobs.models import ScheduledTaskAction, ScheduledTaskState
 from jobs.recurrence import CatchUp, current_slot, next_run, plan_runs
 from jobs.scheduler import (
@@ -239,6 +246,55 @@ def scheduled_task_resume(
     raise ScheduleActionError(
         f"{name} was being changed by a scheduler at the same moment; try again."
     )
+
+
+# --- break a dead holder's lease -----------------------------------------------------
+
+
+def scheduled_task_lease_break(
+    *,
+    name: str,
+    user: Operator,
+    reason: str,
+    now: datetime.datetime | None = None,
+) -> str:
+    """Delete the task's lease if its holder is shown dead; return what was done.
+
+    Refused (``ScheduleActionError``) when the lease is free, when its holder runs
+    or cannot be looked up from this host, and when the holder changed between the
+    check and the delete. A reason is required; it goes into the admin's log.
+    """
+    now = now or timezone.now()
+    _task(name)
+    text = _reason(reason, required=True)
+    redis = schedule_redis()
+    try:
+        holder = lease_holder(redis, lease_name(name), now=now)
+    except RedisError as error:
+        raise ScheduleActionError(
+            "Redis is unreachable: the lease cannot be read, nothing was changed."
+        ) from error
+    if holder is None:
+        raise ScheduleActionError(f"The lease of {name} is free: nothing to break.")
+    state = holder_state(holder.owner)
+    if not state.dead:
+        raise ScheduleActionError(
+            f"The lease of {name} is held by {holder.owner} until "
+            f"{_stamp(holder.expires_at)}, and {state.explanation}: breaking it could "
+            "let a second run overlap a live one. Wait for the lease to run out."
+        )
+    if not lease_break(redis, lease_name(name), owner=holder.owner):
+        raise ScheduleActionError(
+            f"The lease of {name} changed hands while it was checked; look again."
+        )
+    outcome = f"broke the lease of {holder.owner}: {state.explanation}"
+    account, username = _who(user)
+    if account is not None:
+        LogEntry.objects.log_actions(
+            account.pk, [_state_row(name)], CHANGE, f"Lease broken ({text}): {outcome}"
+        )
+    log.warning("%s: lease broken by %s (%s): %s", name, username, text, outcome)
+    return outcome
 
 
 # --- run now -------------------------------------------------------------------------

@@ -9,6 +9,9 @@ puts it back, every change bumps ``Book.version``), so the admin goes through th
 - A book's shelf count is changed through ``stock_correct`` (a stock-take), and other
   edits save only the changed columns plus a version bump. Loans issued while the form
   was open are not undone (see ``BookAdminForm``).
+- A book everyone reads at once can be marked hot (``library.cache.hot``): its page
+  is then served stale while it is refreshed, so its expiry stalls nobody. Marking
+  needs ``library.change_book``, like resetting the cache's counters.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.utils import timezone
 
+from library.cache.hot import hot_books_mark, hot_books_unmark
 from library.errors import LibraryError
 from library.models import Book, Branch, Loan, Member
 from library.permissions import RETURN_LOAN, user_may
@@ -89,6 +93,35 @@ class BookAdmin(admin.ModelAdmin[Book]):
     list_select_related = ["branch"]
     list_per_page = 50
     readonly_fields = ["version", "updated_at"]
+    actions = ["mark_hot", "unmark_hot"]
+
+    def has_cache_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("library.change_book")
+
+    @admin.action(
+        description="Serve the selected books' pages stale while refreshing (hot keys)",
+        permissions=["cache"],
+    )
+    def mark_hot(self, request: HttpRequest, queryset: QuerySet[Book]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        added = hot_books_mark(ids)
+        self.message_user(
+            request,
+            f"{len(ids)} book(s) marked hot ({added} newly): past its fresh hour a "
+            "hot book's page is served to every reader at once while one refresh "
+            "runs. Every server follows within seconds.",
+            messages.SUCCESS,
+        )
+
+    @admin.action(
+        description="Read the selected books' pages cache-aside again",
+        permissions=["cache"],
+    )
+    def unmark_hot(self, request: HttpRequest, queryset: QuerySet[Book]) -> None:
+        removed = hot_books_unmark(queryset.values_list("pk", flat=True))
+        self.message_user(
+            request, f"{removed} book(s) no longer marked hot.", messages.SUCCESS
+        )
 
     def save_model(
         self, request: HttpRequest, obj: Book, form: forms.ModelForm[Book], change: bool

@@ -82,6 +82,8 @@ DECLARED: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("desk-suggest-loans", "GET", {"q": "rose"}),
     ("admin:cache_metrics", "GET", {"window": ""}),
     ("admin:operations_history", "GET", {"window": ""}),
+    # Its resize forms show only beside a bound that exists.
+    ("admin:bounded_queues_resize", "POST", {"bound": "fuzz", "capacity": "5"}),
     # The dead letters' confirmation pages answer the action's POST, not a GET.
     (
         "admin:messaging_deadletter_changelist",

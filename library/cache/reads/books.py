@@ -1,4 +1,8 @@
-"""The book page: cache-aside under a versioned key, with the local tier."""
+"""The book page: cache-aside under a versioned key, with the local tier.
+
+A book an operator marked hot (``library.cache.hot``) is read stale-while-revalidate
+under a key of its own instead, so its expiry never stalls its readers.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,11 @@ from library import selectors
 
 # Tenants are looked up through their module (``specs.branch_tenant``), never bound
 # at import, so a test that replaces them there reaches this code.
+from library.cache.hot import HOT_STALE_S, book_is_hot
 from library.cache.reads import specs
 from library.cache.reads.rows import Absent, parse_datetime
 from library.cache.reads.specs import BOOK, BOOK_JITTER_S, BOOK_LIFETIME_S, BOOK_LOCAL_S
-from library.cache.store import cache_aside
+from library.cache.store import cache_aside, stale_while_revalidate
 from library.models import Book, Branch, Loan
 
 
@@ -70,23 +75,17 @@ def book_detail(*, book_id: int) -> CachedBook | None:
     if current is None:
         return None
     branch_id, version, updated_at = current
-    key = BOOK.key(
-        tenant=specs.branch_tenant(branch_id),
-        criteria={
-            "id": book_id,
-            "v": version,
-            "u": int(updated_at.timestamp() * 1_000_000),
-        },
-    )
+    criteria = {
+        "id": book_id,
+        "v": version,
+        "u": int(updated_at.timestamp() * 1_000_000),
+    }
+    hot = book_is_hot(book_id)
+    if hot:
+        criteria["hot"] = 1  # another stored form (an envelope): another key
+    key = BOOK.key(tenant=specs.branch_tenant(branch_id), criteria=criteria)
     try:
-        value: _BookValue = cache_aside(
-            key=key,
-            namespace=BOOK.namespace,
-            produce=lambda: book_origin(book_id),
-            lifetime_s=BOOK_LIFETIME_S,
-            jitter_s=BOOK_JITTER_S,
-            local_s=BOOK_LOCAL_S,
-        )
+        value = _book_value(key, book_id, hot=hot)
     except Absent:  # deleted between the version read and the origin read
         return None
     branch = Branch(**value["branch"])
@@ -101,3 +100,23 @@ def book_detail(*, book_id: int) -> CachedBook | None:
         branch=branch,
     )
     return CachedBook(book=book, open_loans=[])
+
+
+def _book_value(key: str, book_id: int, *, hot: bool) -> _BookValue:
+    if hot:
+        value, _ = stale_while_revalidate(
+            key=key,
+            namespace=BOOK.namespace,
+            produce=lambda: book_origin(book_id),
+            fresh_s=BOOK_LIFETIME_S,
+            stale_s=HOT_STALE_S,
+        )
+        return value
+    return cache_aside(
+        key=key,
+        namespace=BOOK.namespace,
+        produce=lambda: book_origin(book_id),
+        lifetime_s=BOOK_LIFETIME_S,
+        jitter_s=BOOK_JITTER_S,
+        local_s=BOOK_LOCAL_S,
+    )
