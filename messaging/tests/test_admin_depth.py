@@ -352,7 +352,8 @@ def test_partition_loads_count_partitions_without_a_lease_row(hot_book):
 
 
 def test_partitions_sort_by_load(operator_client, hot_book):
-    response = operator_client.get(reverse(PARTITIONS_URL) + "?o=-2")
+    # Column 3: the action checkbox comes first, then subscription and partition.
+    response = operator_client.get(reverse(PARTITIONS_URL) + "?o=-3")
     assert [r.partition for r in response.context["cl"].result_list][:2] == [1, 2]
 
 
