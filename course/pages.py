@@ -210,7 +210,7 @@ def params_context(lab: Lab, values: dict[str, Any]) -> str:
 
 
 def predict_state(
-    *, lab: Lab | None, query: dict[str, str], stored: dict[str, Any] | None
+    *, lab: Lab, query: dict[str, str], stored: dict[str, Any] | None
 ) -> PredictState:
     """Read the reveal state of a lesson page from its query and the run shown."""
     run_params = stored or {}
@@ -224,5 +224,5 @@ def predict_state(
         else:
             value = guess
     revealed = value is not None or bool(query.get("reveal"))
-    context = params_context(lab, run_params) if lab is not None else ""
+    context = params_context(lab, run_params)
     return PredictState(revealed, value, error, context)

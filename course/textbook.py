@@ -36,7 +36,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
 from course.labs.harness.base import Cell, Lab, LabError, Table, Tables
-from course.labs.registry import lab_find
+from course.labs.registry import lab_get
 
 CONTENT_DIR = Path(__file__).resolve().parent / "content"
 DIAGRAM_DIR = Path(__file__).resolve().parent / "static" / "course" / "diagrams"
@@ -175,9 +175,7 @@ class LessonText:
 @lru_cache(maxsize=32)
 def default_tables(slug: str) -> Tables:
     """Return the lab's model tables with the default parameters (deterministic)."""
-    lab = lab_find(slug)
-    if lab is None:
-        return {}
+    lab = lab_get(slug)
     return lab.run(lab.defaults())["tables"]
 
 
@@ -188,9 +186,7 @@ def changed_tables(slug: str, changes: str) -> Tables:
     ``changes`` is ``name=value,name=value`` as a placeholder writes it, a list's
     values joined by ``;``. Raise KeyError naming what does not parse.
     """
-    lab = lab_find(slug)
-    if lab is None:
-        raise KeyError("the lesson has no lab")
+    lab = lab_get(slug)
     overrides: dict[str, str] = {}
     for part in changes.split(","):
         name, sep, text = part.strip().partition("=")
@@ -280,7 +276,7 @@ def _breakdown(raw: object, table: str, row: str) -> Breakdown | None:
 
 
 def _predict(
-    meta: dict[str, Any], tables: Tables, lab: Lab | None, problems: list[str]
+    meta: dict[str, Any], tables: Tables, lab: Lab, problems: list[str]
 ) -> Predict | None:
     raw = meta.get("predict")
     if not isinstance(raw, dict):
@@ -392,9 +388,7 @@ def _markdown() -> MarkdownIt:
 _MD = _markdown()
 
 
-def placeholders_fill(
-    body: str, tables: Tables, lab: Lab | None, problems: list[str]
-) -> str:
+def placeholders_fill(body: str, tables: Tables, lab: Lab, problems: list[str]) -> str:
     """Fill in the model's values for ``{{table[row].column}}`` (with ``@changes``:
     from a model run with those parameters) and ``{{param:x}}``."""
 
@@ -403,8 +397,6 @@ def placeholders_fill(
         try:
             source = tables
             if changes:
-                if lab is None:
-                    raise KeyError("the lesson has no lab")
                 source = changed_tables(lab.slug, changes.strip())
             return cell_text(table_cell(source, name, row.strip(), column))
         except KeyError as error:
@@ -413,9 +405,6 @@ def placeholders_fill(
 
     def param(match: re.Match[str]) -> str:
         name = match.group(1)
-        if lab is None:
-            problems.append(f"{match.group(0)}: the lesson has no lab")
-            return "?"
         try:
             default = lab.param(name).default
         except Exception:
@@ -615,7 +604,7 @@ def _live_map(raw: object, part: str) -> dict[str, dict[str, str]]:
 
 def _load(slug: str, text: str) -> LessonText:
     meta, body = _split(text, slug)
-    lab = lab_find(slug)
+    lab = lab_get(slug)
     tables = default_tables(slug)
     problems: list[str] = []
     filled = placeholders_fill(body.replace(SITE, _SITE_MARK), tables, lab, problems)

@@ -21,7 +21,7 @@ from course.compare import (
 )
 from course.forms import LabForm
 from course.labs.harness.base import Lab
-from course.labs.registry import lab_find
+from course.labs.registry import lab_get
 from course.lessons import Lesson, lesson_get
 from course.pages import (
     code_links,
@@ -150,7 +150,7 @@ def _run_of(request: HttpRequest, lab: Lab, raw_id: str) -> JobStatus | None:
 def _render_lesson(
     request: HttpRequest,
     lesson: Lesson,
-    lab: Lab | None,
+    lab: Lab,
     form: LabForm | None,
     *,
     status: int = 200,
@@ -166,7 +166,7 @@ def _render_lesson(
     explained = None
     raw_job = request.GET.get("job")
     stored: dict[str, Any] | None = None
-    if lab is not None and raw_job:
+    if raw_job:
         job = _run_of(request, lab, raw_job)
         if job is not None:
             stored = job.params if isinstance(job.params, dict) else {}
@@ -177,35 +177,27 @@ def _render_lesson(
         else:
             job_missing = True
     predict = predict_state(lab=lab, query=request.GET.dict(), stored=stored)
-    if lab is not None and (form is None or not form.is_bound):
+    if form is None or not form.is_bound:
         # The form shows the run's parameters and the learner's prediction.
         initial = _initial(lab, stored)
         if predict.value is not None:
             initial[LabForm.PREDICTION_FIELD] = predict.value_text
         form = _lab_form(request, lab, text, initial=initial)
-    lab_config = None
-    if lab is not None:
-        lab_config = {
-            "slug": lab.slug,
-            "runUrl": reverse("course-lab-run", args=[lab.slug]),
-            "statusUrl": reverse("jobstatus-status", args=[uuid.UUID(int=0)]),
-            "explainUrl": reverse(
-                "course-run-explained", args=[lab.slug, uuid.UUID(int=0)]
-            )
-            + share.get("query", ""),
-            # The defaults, so the page can say when a prediction is for others.
-            "defaults": {p.name: p.text(p.default) for p in lab.params},
-            "charts": [chart.as_json() for chart in lab.charts],
-            "transcripts": list(lab.transcripts),
-            "job": job_payload,
-        }
+    lab_config = {
+        "slug": lab.slug,
+        "runUrl": reverse("course-lab-run", args=[lab.slug]),
+        "statusUrl": reverse("jobstatus-status", args=[uuid.UUID(int=0)]),
+        "explainUrl": reverse("course-run-explained", args=[lab.slug, uuid.UUID(int=0)])
+        + share.get("query", ""),
+        # The defaults, so the page can say when a prediction is for others.
+        "defaults": {p.name: p.text(p.default) for p in lab.params},
+        "charts": [chart.as_json() for chart in lab.charts],
+        "transcripts": list(lab.transcripts),
+        "job": job_payload,
+    }
     progress = _progress_on(request, lesson.slug)
     visitor = visitor_of(request)
-    runs = (
-        lab_runs_recent(slug=lab.slug, visitor=visitor)
-        if lab is not None and visitor
-        else []
-    )
+    runs = lab_runs_recent(slug=lab.slug, visitor=visitor) if visitor else []
     response = render(
         request,
         "course/lesson.html",
@@ -213,7 +205,6 @@ def _render_lesson(
             "lesson": lesson,
             "text": text,
             "lab": lab,
-            "has_live": lab is not None and lab.live is not None,
             "form": form,
             "lab_config": lab_config,
             "job_missing": job_missing,
@@ -273,7 +264,7 @@ def _initial(lab: Lab, stored: object) -> dict[str, object]:
         if param.name in values:
             value = values[param.name]
             initial[param.name] = param.text(value) if value is not None else ""
-    if lab.live is not None and values.get(LIVE_KEY) is True:
+    if values.get(LIVE_KEY) is True:
         initial[LabForm.LIVE_FIELD] = True
     return initial
 
@@ -292,7 +283,7 @@ def _live_refusal(request: HttpRequest) -> str:
 def course_lesson(request: HttpRequest, slug: str) -> HttpResponse:
     lesson = _lesson_or_404(slug)
     # The form is made by _render_lesson: it holds a run's values and prediction.
-    return _render_lesson(request, lesson, lab_find(slug), None)
+    return _render_lesson(request, lesson, lab_get(slug), None)
 
 
 # How each refusal reaches the client: status, and whether a retry later helps.
@@ -310,9 +301,7 @@ _REFUSAL_STATUS = {
 def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
     """Validate the parameters, ask for the run, answer where to follow it."""
     lesson = _lesson_or_404(slug)
-    lab = lab_find(slug)
-    if lab is None:
-        raise Http404("This lesson's lab is not built yet")
+    lab = lab_get(slug)
     form = _lab_form(request, lab, lesson_text(slug), data=request.POST)
     if not form.is_valid():
         # Asking for the live part without the right to is forbidden, not malformed.
@@ -442,9 +431,9 @@ def course_run_explained(
 ) -> HttpResponse:
     """The interpretation of one finished run, as a fragment the lesson page inserts."""
     lesson = _lesson_or_404(slug)
-    lab = lab_find(lesson.slug)
-    job = _run_of(request, lab, str(job_id)) if lab is not None else None
-    if lab is None or job is None:
+    lab = lab_get(lesson.slug)
+    job = _run_of(request, lab, str(job_id))
+    if job is None:
         raise Http404("No such run of this lab")
     explained = run_explain(lab=lab, text=lesson_text(slug), job=job)
     if explained is None:
@@ -462,9 +451,7 @@ def course_run_explained(
 def course_runs_compared(request: HttpRequest, slug: str) -> HttpResponse:
     """Two runs of the lesson's lab side by side: parameters, tables and charts."""
     lesson = _lesson_or_404(slug)
-    lab = lab_find(slug)
-    if lab is None:
-        raise Http404("This lesson's lab is not built yet")
+    lab = lab_get(slug)
     jobs = [
         job for raw in request.GET.getlist("run") if (job := _run_of(request, lab, raw))
     ]

@@ -22,7 +22,7 @@ from course.labs.harness import live as harness
 from course.labs.harness.base import Tables
 from course.labs.harness.dataset_shape import MEMBER_COUNT
 from course.labs.http_caching.live import LIVE_BOOK_ID
-from course.labs.rationale.live import _live_loans
+from course.labs.rationale_for_asynchronous_processing.live import _live_loans
 from course.labs.registry import lab_get
 from library import selectors
 from library.models import Book

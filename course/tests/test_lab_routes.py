@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from course.instruments.routes import LabRoutes
-from course.labs.load_shedding_lab.live import admission_env, measure, shed_servers
+from course.labs.load_shedding.live import admission_env, measure, shed_servers
 
 Sent = list[dict[str, Any]]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from course.labs import ordering
+from course.labs import ordering_and_partitioning as ordering
 from course.labs.harness import live as harness
 from course.labs.harness.base import LabError, Tables
 from course.labs.registry import lab_get

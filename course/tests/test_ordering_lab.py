@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.labs import ordering
+from course.labs import ordering_and_partitioning as ordering
 from course.tests import reference_ordering as ref
 from course.tests.lab_results import (
     assert_charts_name_numeric_columns,

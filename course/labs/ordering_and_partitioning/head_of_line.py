@@ -17,7 +17,7 @@ from django.db import transaction
 
 from course.labs.harness import live as harness
 from course.labs.harness.base import Cell
-from course.labs.ordering.books import LabBooks
+from course.labs.ordering_and_partitioning.books import LabBooks
 from library.models import BookLedger
 from library.services import stock_correct
 from messaging.models import DeadLetter, Delivery, OutboxMessage

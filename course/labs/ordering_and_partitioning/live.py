@@ -27,7 +27,7 @@ from course.labs.harness.base import (
     table,
 )
 from course.labs.harness.live import PRIVATE_QUEUE_PREFIX
-from course.labs.ordering.books import (
+from course.labs.ordering_and_partitioning.books import (
     LabBooks,
     as_aware,
     books_create,
@@ -35,12 +35,12 @@ from course.labs.ordering.books import (
     lab_messages_settled,
     stream_passed,
 )
-from course.labs.ordering.head_of_line import live_head_of_line
-from course.labs.ordering.live_tables import (
+from course.labs.ordering_and_partitioning.head_of_line import live_head_of_line
+from course.labs.ordering_and_partitioning.live_tables import (
     Ordered,
     build_live_tables,
 )
-from course.labs.ordering.model import (
+from course.labs.ordering_and_partitioning.model import (
     HOT_BOOKS,
     Event,
     count_inversions,

@@ -27,7 +27,7 @@ processes and counts the origin calls the servers made.
 from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
-from course.labs.hot_key import live, model
+from course.labs.hot_key_and_stampede_effect import live, model
 
 __all__ = ["LAB"]
 

@@ -13,10 +13,10 @@ from course.labs.harness.base import (
     table,
 )
 from course.labs.harness.jsnum import js_fixed_number
-from course.labs.ordering.books import (
+from course.labs.ordering_and_partitioning.books import (
     LabBooks,
 )
-from course.labs.ordering.model import (
+from course.labs.ordering_and_partitioning.model import (
     Event,
     loads_text,
     partition_of,

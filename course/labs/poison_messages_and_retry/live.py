@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from course.labs.harness import live as harness
 from course.labs.harness.base import Cell, Params, Progress, Tables, table
-from course.labs.poison_messages.model import LETHAL, POISON_QUEUE
+from course.labs.poison_messages_and_retry.model import LETHAL, POISON_QUEUE
 from messaging.models import DeadLetter
 from messaging.models import Delivery as DeliveryRow
 

@@ -19,7 +19,7 @@ from course.labs.harness.base import (
 )
 from course.labs.harness.live import live_step
 from course.labs.harness.live_http import daphne_processes
-from course.labs.load_shedding_lab.model import COLUMNS, LAB_BUDGET_MS, MODES, summarize
+from course.labs.load_shedding.model import COLUMNS, LAB_BUDGET_MS, MODES, summarize
 
 
 @dataclass(frozen=True)

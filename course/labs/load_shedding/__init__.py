@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
 from course.labs.harness.queueing import variability_params, variability_problem
-from course.labs.load_shedding_lab import live, model
+from course.labs.load_shedding import live, model
 
 __all__ = ["LAB"]
 

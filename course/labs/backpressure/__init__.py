@@ -44,7 +44,7 @@ double that.
 
 from __future__ import annotations
 
-from course.labs.backpressure_lab import live, model
+from course.labs.backpressure import live, model
 from course.labs.harness.base import Chart, Lab, Param
 from course.labs.harness.queueing import variability_params, variability_problem
 

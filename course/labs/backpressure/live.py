@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from course.labs.backpressure_lab.model import (
+from course.labs.backpressure.model import (
     LIVE_POLICY,
     LIVE_POLICY_COLUMNS,
     LIVE_WORKERS,

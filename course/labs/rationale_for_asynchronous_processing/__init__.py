@@ -19,7 +19,7 @@ throughput, five for the probabilities (shown as numbers, so 0.99800 is 0.998).
 from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
-from course.labs.rationale import live, model
+from course.labs.rationale_for_asynchronous_processing import live, model
 
 __all__ = ["LAB"]
 

@@ -23,7 +23,7 @@ desk) would be counted too.
 
 from __future__ import annotations
 
-from course.labs.broadcast_channels import live, model
+from course.labs.broadcast_and_channel_management import live, model
 from course.labs.harness.base import Chart, Lab, Param
 
 __all__ = ["LAB"]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from course.instruments.websocket_client import RawWebSocket
-from course.labs.broadcast_channels.model import COLUMNS, MODES, WAIT_S
+from course.labs.broadcast_and_channel_management.model import COLUMNS, MODES, WAIT_S
 from course.labs.harness.base import (
     Cell,
     LabError,

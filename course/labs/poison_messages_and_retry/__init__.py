@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
 from course.labs.harness.jsnum import SEED_MAX
-from course.labs.poison_messages import live, model
-from course.labs.poison_messages.model import check_wave_size
+from course.labs.poison_messages_and_retry import live, model
+from course.labs.poison_messages_and_retry.model import check_wave_size
 
 __all__ = ["LAB"]
 

@@ -76,16 +76,16 @@ from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab, Param
 from course.labs.harness.jsnum import SEED_MAX
-from course.labs.ordering import live, model
-from course.labs.ordering.live import (
+from course.labs.ordering_and_partitioning import live, model
+from course.labs.ordering_and_partitioning.live import (
     APPLIED_TTL_S,
     LEDGER,
     applied_key,
     competing_apply,
     live_inversions,
 )
-from course.labs.ordering.live_tables import expected_partition_events
-from course.labs.ordering.model import (
+from course.labs.ordering_and_partitioning.live_tables import expected_partition_events
+from course.labs.ordering_and_partitioning.model import (
     HOT_BOOK,
     Event,
     count_inversions,
