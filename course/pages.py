@@ -151,7 +151,7 @@ def _stored_prediction(params: dict[str, Any]) -> float | None:
 
 
 def run_explain(
-    *, lab: Lab, text: LessonText | None, job: JobStatus
+    *, lab: Lab[Any], text: LessonText | None, job: JobStatus
 ) -> RunExplained | None:
     """Return what a finished run says, or None while it runs or when it failed."""
     result = job.result if isinstance(job.result, dict) else None
@@ -194,7 +194,7 @@ class PredictState:
         return figure_text(self.value) if self.value is not None else ""
 
 
-def params_context(lab: Lab, values: dict[str, Any]) -> str:
+def params_context(lab: Lab[Any], values: dict[str, Any]) -> str:
     """Say which parameters a prediction is for: the defaults, or the changed ones."""
     changed = [
         f"{param.name}={param.text(values[param.name])}"
@@ -210,7 +210,7 @@ def params_context(lab: Lab, values: dict[str, Any]) -> str:
 
 
 def predict_state(
-    *, lab: Lab, query: dict[str, str], stored: dict[str, Any] | None
+    *, lab: Lab[Any], query: dict[str, str], stored: dict[str, Any] | None
 ) -> PredictState:
     """Read the reveal state of a lesson page from its query and the run shown."""
     run_params = stored or {}

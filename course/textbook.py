@@ -276,7 +276,7 @@ def _breakdown(raw: object, table: str, row: str) -> Breakdown | None:
 
 
 def _predict(
-    meta: dict[str, Any], tables: Tables, lab: Lab, problems: list[str]
+    meta: dict[str, Any], tables: Tables, lab: Lab[Any], problems: list[str]
 ) -> Predict | None:
     raw = meta.get("predict")
     if not isinstance(raw, dict):
@@ -388,7 +388,9 @@ def _markdown() -> MarkdownIt:
 _MD = _markdown()
 
 
-def placeholders_fill(body: str, tables: Tables, lab: Lab, problems: list[str]) -> str:
+def placeholders_fill(
+    body: str, tables: Tables, lab: Lab[Any], problems: list[str]
+) -> str:
     """Fill in the model's values for ``{{table[row].column}}`` (with ``@changes``:
     from a model run with those parameters) and ``{{param:x}}``."""
 

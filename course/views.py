@@ -131,7 +131,7 @@ def _requester(request: HttpRequest) -> Requester:
     )
 
 
-def _run_of(request: HttpRequest, lab: Lab, raw_id: str) -> JobStatus | None:
+def _run_of(request: HttpRequest, lab: Lab[Any], raw_id: str) -> JobStatus | None:
     """Return the run of ``lab`` with id ``raw_id`` if this request may read it.
 
     None when the id is malformed, names no run of this lab, or the run is someone
@@ -150,7 +150,7 @@ def _run_of(request: HttpRequest, lab: Lab, raw_id: str) -> JobStatus | None:
 def _render_lesson(
     request: HttpRequest,
     lesson: Lesson,
-    lab: Lab,
+    lab: Lab[Any],
     form: LabForm | None,
     *,
     status: int = 200,
@@ -247,7 +247,7 @@ def _share_links(
 
 def _lab_form(
     request: HttpRequest,
-    lab: Lab,
+    lab: Lab[Any],
     text: LessonText | None,
     **kwargs: Any,
 ) -> LabForm:
@@ -257,7 +257,7 @@ def _lab_form(
     )
 
 
-def _initial(lab: Lab, stored: object) -> dict[str, object]:
+def _initial(lab: Lab[Any], stored: object) -> dict[str, object]:
     values = stored if isinstance(stored, dict) else {}
     initial: dict[str, object] = {}
     for param in lab.params:
@@ -291,6 +291,7 @@ _REFUSAL_STATUS = {
     RefusalKind.NEEDS_ACCOUNT: 403,
     RefusalKind.WITHDRAWN: 403,
     RefusalKind.TOO_HEAVY: 400,
+    RefusalKind.MODEL_ONLY: 400,
     RefusalKind.BUSY: 429,
     RefusalKind.HOURLY: 429,
     RefusalKind.QUEUE_FULL: 503,
@@ -328,7 +329,11 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _refused(
-    request: HttpRequest, lesson: Lesson, lab: Lab, form: LabForm, refused: LabRefused
+    request: HttpRequest,
+    lesson: Lesson,
+    lab: Lab[Any],
+    form: LabForm,
+    refused: LabRefused,
 ) -> HttpResponse:
     """Answer a refusal: why, and when a retry helps (Retry-After)."""
     refusal = refused.refusal
@@ -350,7 +355,7 @@ def _refused(
 
 
 def _offered(
-    request: HttpRequest, lesson: Lesson, lab: Lab, form: LabForm, asked: Asked
+    request: HttpRequest, lesson: Lesson, lab: Lab[Any], form: LabForm, asked: Asked
 ) -> HttpResponse:
     """Offer an identical live run that finished lately, instead of a new one."""
     offer = asked.offer

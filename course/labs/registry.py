@@ -9,6 +9,7 @@ whose slug is not its package's lesson, fails here, at import.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from course.labs.harness.base import Lab, LabError
 from course.lessons import LESSONS
@@ -19,7 +20,7 @@ def package_name(slug: str) -> str:
     return f"course.labs.{slug.replace('-', '_')}"
 
 
-def lab_load(slug: str) -> Lab:
+def lab_load(slug: str) -> Lab[Any]:
     name = package_name(slug)
     try:
         module = importlib.import_module(name)
@@ -35,14 +36,14 @@ def lab_load(slug: str) -> Lab:
     return lab
 
 
-LABS: dict[str, Lab] = {lesson.slug: lab_load(lesson.slug) for lesson in LESSONS}
+LABS: dict[str, Lab[Any]] = {lesson.slug: lab_load(lesson.slug) for lesson in LESSONS}
 
 
 class UnknownLab(LabError):
     pass
 
 
-def lab_get(slug: str) -> Lab:
+def lab_get(slug: str) -> Lab[Any]:
     """Return the lab for ``slug``; raise UnknownLab with a one-line reason."""
     try:
         return LABS[slug]

@@ -45,8 +45,9 @@ double that.
 from __future__ import annotations
 
 from course.labs.backpressure import live, model
-from course.labs.harness.base import Chart, Lab, Param
-from course.labs.harness.queueing import variability_params, variability_problem
+from course.labs.backpressure.params import PARAMS, BackpressureParams
+from course.labs.harness.base import Chart, Lab
+from course.labs.harness.queueing import variability_problem
 
 __all__ = ["LAB"]
 
@@ -54,45 +55,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="backpressure",
     title="Backpressure",
-    params=(
-        Param(
-            "window_ms",
-            "int",
-            10000,
-            "length of the run (ms)",
-            minimum=100,
-            maximum=120_000,
-            work="value",
-        ),
-        Param(
-            "produce_per_s",
-            "int",
-            100,
-            "jobs produced per second",
-            minimum=1,
-            maximum=2000,
-            work="value",
-        ),
-        Param(
-            "consume_per_s",
-            "int",
-            60,
-            "jobs consumed per second (0: the consumer is stopped)",
-            minimum=0,
-            maximum=2000,
-        ),
-        Param(
-            "capacity",
-            "int",
-            100,
-            "the bounded queue's capacity",
-            minimum=1,
-            maximum=100_000,
-        ),
-        *variability_params(max_utilisation=200),
-    ),
+    params=PARAMS,
+    params_type=BackpressureParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="policies",

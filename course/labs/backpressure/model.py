@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from collections import deque
 
+from course.labs.backpressure.params import BackpressureParams
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
 from course.labs.harness.queueing import (
@@ -59,10 +57,10 @@ UNSTABLE_UNBOUNDED = (
 STOPPED = "the consumer is stopped: nothing is served at any load"
 
 
-def variability(params: Params) -> list[list[Cell]]:
+def variability(params: BackpressureParams) -> list[list[Cell]]:
     """The variability rows: one consumer at ``consume_per_s``, times in ms."""
-    loads = int_list_param(params, "utilisations")
-    consume = int_param(params, "consume_per_s")
+    loads = params.utilisations
+    consume = params.consume_per_s
     if consume == 0:
         # No service rate: a load is a share of nothing; the table says so.
         empty: list[Cell] = [None] * (len(VARIABILITY_COLUMNS) - 2)
@@ -72,7 +70,7 @@ def variability(params: Params) -> list[list[Cell]]:
         scenario,
         loads,
         MILLISECONDS,
-        capacity=int_param(params, "capacity"),
+        capacity=params.capacity,
         unstable_note=UNSTABLE_UNBOUNDED,
     )
 
@@ -136,11 +134,11 @@ def writable(*, listening: bool) -> tuple[int, int]:
     return full_signals, peak
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    window = int_param(params, "window_ms")
-    produce = int_param(params, "produce_per_s")
-    consume = int_param(params, "consume_per_s")
-    capacity = int_param(params, "capacity")
+def model(params: BackpressureParams, progress: Progress) -> Tables:
+    window = params.window_ms
+    produce = params.produce_per_s
+    consume = params.consume_per_s
+    capacity = params.capacity
     rows: list[list[Cell]] = []
     for index, policy in enumerate(POLICIES):
         progress(index / 5, f"policy {policy}")

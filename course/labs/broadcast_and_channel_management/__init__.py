@@ -24,7 +24,11 @@ desk) would be counted too.
 from __future__ import annotations
 
 from course.labs.broadcast_and_channel_management import live, model
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.broadcast_and_channel_management.params import (
+    PARAMS,
+    BroadcastParams,
+)
+from course.labs.harness.base import Chart, Lab
 
 __all__ = ["LAB"]
 
@@ -32,18 +36,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="broadcast-and-channel-management",
     title="Broadcast and Channel Management",
-    params=(
-        Param(
-            "instances",
-            "int",
-            2,
-            "application instances (the subscriber is on the last)",
-            minimum=2,
-            maximum=6,
-        ),
-    ),
+    params=PARAMS,
+    params_type=BroadcastParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             "delivery",

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
+import httpx
+from django.db import connection
+
+from config.processes import WaitTimeout, wait_until
 from course.instruments.websocket_client import RawWebSocket
 from course.labs.broadcast_and_channel_management.model import COLUMNS, MODES, WAIT_S
+from course.labs.broadcast_and_channel_management.params import (
+    BroadcastParams,
+)
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_param,
+    accepts_all,
     table,
 )
 from course.labs.harness.live_http import daphne_processes, host_header
@@ -36,9 +43,22 @@ def layer_daphnes(count: int, layer: str) -> Iterator[list[int]]:
         yield [port for port, _ in started]
 
 
-def _run_mode(layer: str, instances: int, branch: int) -> list[Cell]:
-    import httpx
+@dataclass(frozen=True)
+class Layer:
+    """One broadcast through a channel layer: who saw it, what the group counted."""
 
+    layer: str
+    saw: int  # subscribers whose socket got the update
+    before: dict[str, int]  # the group's counters before the broadcast
+    after: dict[str, int]  # and once its deliveries were counted
+
+
+@dataclass(frozen=True)
+class Measurement:
+    layers: list[Layer]
+
+
+def _run_mode(layer: str, instances: int, branch: int) -> Layer:
     group = f"branch-{branch}"
     path = f"/ws/branches/{branch}/stock/"
     with layer_daphnes(instances, layer) as ports:
@@ -73,12 +93,7 @@ def _run_mode(layer: str, instances: int, branch: int) -> list[Cell]:
                 pass
             ws.abort()
         after = _deliveries_settled(group, before["deliveries"] + saw)
-    return [
-        layer,
-        saw,
-        after["broadcasts"] - before["broadcasts"],
-        after["deliveries"] - before["deliveries"],
-    ]
+    return Layer(layer, saw, before, after)
 
 
 def _deliveries_settled(group: str, expected: int) -> dict[str, int]:
@@ -89,25 +104,43 @@ def _deliveries_settled(group: str, expected: int) -> dict[str, int]:
     it stands after WAIT_S.
     """
 
-    deadline = time.monotonic() + WAIT_S
-    while True:
+    def reached() -> dict[str, int] | None:
         counts = counters_read([group])[group]
-        if counts["deliveries"] >= expected or time.monotonic() > deadline:
-            return counts
-        time.sleep(0.02)
+        return counts if counts["deliveries"] >= expected else None
+
+    try:
+        return wait_until(reached, f"{expected} deliveries", timeout=WAIT_S)
+    except WaitTimeout:
+        return counters_read([group])[group]
 
 
-def live(params: Params, progress: Progress) -> Tables:
-    from django.db import connection
-
+def measure(params: BroadcastParams, progress: Progress) -> Measurement:
+    """Broadcast once per channel layer to sockets on the other daphnes; count."""
     if connection.in_atomic_block:
         raise LabError("live: run the live part outside a database transaction")
     branch = Branch.objects.order_by("id").values_list("id", flat=True).first()
     if branch is None:
         raise LabError("live: the database has no branch; load the demo data first")
-    instances = int_param(params, "instances")
-    rows = []
+    instances = params.instances
+    layers: list[Layer] = []
     for index, layer in enumerate(MODES):
         progress(0.1 + 0.45 * index, f"live: {instances} daphnes, {layer} layer")
-        rows.append(_run_mode(layer, instances, branch))
+        layers.append(_run_mode(layer, instances, branch))
+    return Measurement(layers)
+
+
+def tables(params: BroadcastParams, measured: Measurement) -> Tables:
+    """Per layer: sockets that saw the update, broadcasts and deliveries counted."""
+    rows: list[list[Cell]] = [
+        [
+            found.layer,
+            found.saw,
+            found.after["broadcasts"] - found.before["broadcasts"],
+            found.after["deliveries"] - found.before["deliveries"],
+        ]
+        for found in measured.layers
+    ]
     return {"live_delivery": table(COLUMNS, rows)}
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Final
 
+from course.labs.broadcast_and_channel_management.params import (
+    BroadcastParams,
+)
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_param,
     table,
 )
 
@@ -25,8 +26,8 @@ def relay_counts(instances: int, *, relay: bool) -> tuple[int, int, int]:
     return 1, 1, instances
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    instances = int_param(params, "instances")
+def model(params: BroadcastParams, progress: Progress) -> Tables:
+    instances = params.instances
     rows: list[list[Cell]] = []
     for label, relay in (("no relay", False), ("with relay", True)):
         rows.append([label, *relay_counts(instances, relay=relay)])

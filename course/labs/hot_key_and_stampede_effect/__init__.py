@@ -26,8 +26,12 @@ processes and counts the origin calls the servers made.
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab
 from course.labs.hot_key_and_stampede_effect import live, model
+from course.labs.hot_key_and_stampede_effect.params import (
+    PARAMS,
+    HotKeyParams,
+)
 
 __all__ = ["LAB"]
 
@@ -35,71 +39,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="hot-key-and-stampede-effect",
     title="Hot Key and Stampede Effect",
-    params=(
-        Param(
-            "requests",
-            "int",
-            100,
-            "readers arriving at the same instant",
-            minimum=0,
-            maximum=10_000,
-            work="value",
-        ),
-        Param(
-            "origin_delay_ms",
-            "int",
-            30,
-            "time the origin takes to answer (virtual)",
-            minimum=0,
-            maximum=3_600_000,
-        ),
-        Param(
-            "keys",
-            "int",
-            200,
-            "keys loaded in the same step",
-            minimum=1,
-            maximum=100_000,
-        ),
-        Param(
-            "lifetime",
-            "int",
-            100,
-            "lifetime in steps (0: each entry expires in the step it was loaded)",
-            minimum=0,
-            maximum=1_000_000_000,
-        ),
-        Param(
-            "jitter",
-            "int",
-            40,
-            "key-derived lifetime deviation, in steps (0: none)",
-            minimum=0,
-            maximum=1_000_000_000,
-        ),
-        Param(
-            "shard_requests",
-            "int",
-            1000,
-            "requests routed to the shards (0: no shard load)",
-            minimum=0,
-            maximum=200_000,
-            work="value",
-        ),
-        Param("shards", "int", 4, "cache nodes", minimum=1, maximum=32),
-        Param(
-            "copies",
-            "int_list",
-            [4, 8],
-            "copies of the hot key, one row each (none: the single key only)",
-            minimum=1,
-            min_items=0,
-            maximum=100_000,
-            work="count",
-        ),
-    ),
+    params=PARAMS,
+    params_type=HotKeyParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="stampede",

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 import httpx
 from django.conf import settings
 
+from config.processes import WaitTimeout, wait_until
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_param,
+    accepts_all,
     table,
 )
 from course.labs.harness.live import live_step
@@ -34,6 +35,7 @@ from course.labs.harness.live_http import (
     request_headers,
     server_cold,
 )
+from course.labs.hot_key_and_stampede_effect.params import HotKeyParams
 from library.models import Book
 
 # --- live part: a burst of real HTTP requests on one cold key -----------------------
@@ -85,7 +87,22 @@ def burst(targets: list[tuple[str, dict[str, str]]]) -> BurstResult:
     return box[0]
 
 
-def live(params: Params, progress: Progress) -> Tables:
+@dataclass(frozen=True)
+class Burst:
+    """One burst: where it went, what the client saw, what the servers counted."""
+
+    strategy: str
+    page: str
+    latencies_ms: list[float]
+    counts: dict[str, int]  # the servers' counters of the page's namespace
+
+
+@dataclass(frozen=True)
+class Measurement:
+    bursts: list[Burst]
+
+
+def measure(params: HotKeyParams, progress: Progress) -> Measurement:
     """Send ``requests`` simultaneous GETs of one cold page over two daphne each.
 
     Four daphne processes start on this database and Redis, two with the cache
@@ -114,7 +131,7 @@ def live(params: Params, progress: Progress) -> Tables:
     the waiting count of this row do not.
     """
 
-    requests = int_param(params, "requests")
+    requests = params.requests
     book = Book.objects.order_by("pk").values_list("pk", "branch_id").first()
     if book is None:
         raise LabError("live: the database has no book (manage.py seed_library)")
@@ -134,21 +151,7 @@ def live(params: Params, progress: Progress) -> Tables:
             raise LabError(f"live: {len(bad)} of {requests} GET {path} not 200")
         return result
 
-    rows: list[list[Cell]] = []
-
-    def row(name: str, page: str, result: BurstResult, delta: dict[str, int]) -> None:
-        p50 = percentile(result.latencies_ms, 50) if result.latencies_ms else 0.0
-        rows.append(
-            [
-                name,
-                page,
-                delta["origin_calls"],
-                delta["misses"],
-                delta["stale_served"],
-                round(p50, 1),
-            ]
-        )
-
+    bursts: list[Burst] = []
     with daphnes(progress, ["off", "off", "on", "on"]) as servers:
         uncached, cached = servers[:2], servers[2:]
 
@@ -156,14 +159,16 @@ def live(params: Params, progress: Progress) -> Tables:
         before = counters(LIVE_NAMESPACES)
         result = fire(uncached, book_path)
         delta = counters_delta(settled(uncached), before)["book"]
-        row("plain", f"{book_path} (LIBRARY_CACHE=off)", result, delta)
+        page = f"{book_path} (LIBRARY_CACHE=off)"
+        bursts.append(Burst("plain", page, result.latencies_ms, delta))
 
         live_step(progress, 0.4, f"single-flight: {requests} GET {book_path}, cold")
         server_cold(books=[book_id])
         before = counters(LIVE_NAMESPACES)
         result = fire(cached, book_path)
         delta = counters_delta(settled(cached), before)["book"]
-        row("single-flight", f"{book_path} (cold entry)", result, delta)
+        page = f"{book_path} (cold entry)"
+        bursts.append(Burst("single-flight", page, result.latencies_ms, delta))
 
         live_step(progress, 0.6, f"stale-while-revalidate: priming {branch_path}")
         server_cold(branches=[branch_id])
@@ -176,13 +181,39 @@ def live(params: Params, progress: Progress) -> Tables:
         time.sleep(max(0.0, ready - time.monotonic()))
         live_step(progress, 0.8, f"stale-while-revalidate: {requests} GET, stale")
         result = fire(cached, branch_path)
-        deadline = time.monotonic() + REFRESH_TIMEOUT_S
+
         # The refresh runs in the background: wait until its origin call is counted.
-        while True:
+        def refreshed() -> dict[str, int] | None:
             delta = counters_delta(settled(cached), before)["stock"]
-            if delta["origin_calls"] or time.monotonic() > deadline:
-                break
-        row("stale-while-revalidate", f"{branch_path} (stale entry)", result, delta)
+            return delta if delta["origin_calls"] else None
+
+        try:
+            delta = wait_until(
+                refreshed, "the refresh", timeout=REFRESH_TIMEOUT_S, interval=0
+            )
+        except WaitTimeout:
+            delta = counters_delta(settled(cached), before)["stock"]
+        page = f"{branch_path} (stale entry)"
+        bursts.append(Burst("stale-while-revalidate", page, result.latencies_ms, delta))
+    return Measurement(bursts)
+
+
+def tables(params: HotKeyParams, measured: Measurement) -> Tables:
+    """One row per burst: the servers' counts and the client's median latency."""
+    rows: list[list[Cell]] = []
+    for found in measured.bursts:
+        latencies = found.latencies_ms
+        p50 = percentile(latencies, 50) if latencies else 0.0
+        rows.append(
+            [
+                found.strategy,
+                found.page,
+                found.counts["origin_calls"],
+                found.counts["misses"],
+                found.counts["stale_served"],
+                round(p50, 1),
+            ]
+        )
     return {
         "live_stampede": table(
             [
@@ -196,3 +227,6 @@ def live(params: Params, progress: Progress) -> Tables:
             rows,
         ),
     }
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

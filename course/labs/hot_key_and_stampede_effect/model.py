@@ -13,14 +13,12 @@ from typing import Any, TypeVar
 
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
 from course.labs.harness.jsnum import js_fixed_number
+from course.labs.hot_key_and_stampede_effect.params import HotKeyParams
 from library.cache.ttl import hot_copy_key, key_digest, shard_of
 
 HOT_KEY = "library:s1:g1:tbranch-1:stock"
@@ -345,9 +343,9 @@ def busiest_rows(*, requests: int, shards: int, copies: list[int]) -> list[list[
 # --- the lab -------------------------------------------------------------------------
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    requests = int_param(params, "requests")
-    delay_ms = int_param(params, "origin_delay_ms")
+def model(params: HotKeyParams, progress: Progress) -> Tables:
+    requests = params.requests
+    delay_ms = params.origin_delay_ms
     stampede_rows: list[list[Cell]] = []
     duration_rows: list[list[Cell]] = []
     for i, (name, factory) in enumerate(STRATEGIES):
@@ -357,14 +355,14 @@ def model(params: Params, progress: Progress) -> Tables:
         duration_rows.append([name, tally.duration_ms])
     progress(0.65, "expiry: keys loaded in the same step")
     expiry = expiry_rows(
-        keys=int_param(params, "keys"),
-        lifetime=int_param(params, "lifetime"),
-        jitter=int_param(params, "jitter"),
+        keys=params.keys,
+        lifetime=params.lifetime,
+        jitter=params.jitter,
     )
     progress(0.8, "shards: the hot key on a sharded cache")
-    shards = int_param(params, "shards")
-    shard_requests = int_param(params, "shard_requests")
-    copies = int_list_param(params, "copies")
+    shards = params.shards
+    shard_requests = params.shard_requests
+    copies = params.copies
     loads = shard_rows(requests=shard_requests, shards=shards, copies=copies)
     return {
         "stampede": table(

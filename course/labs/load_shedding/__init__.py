@@ -35,9 +35,10 @@ HTTP round trip, not the queue, most of what is measured.
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
-from course.labs.harness.queueing import variability_params, variability_problem
+from course.labs.harness.base import Chart, Lab
+from course.labs.harness.queueing import variability_problem
 from course.labs.load_shedding import live, model
+from course.labs.load_shedding.params import PARAMS, LoadSheddingParams
 
 __all__ = ["LAB"]
 
@@ -45,37 +46,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="load-shedding",
     title="Load Shedding",
-    params=(
-        Param(
-            "requests",
-            "int",
-            10,
-            "requests sent at once (0: none, an empty table)",
-            minimum=0,
-            maximum=200,
-            work="value",
-        ),
-        Param(
-            "max_concurrent",
-            "int",
-            2,
-            "jobs processed at once",
-            minimum=1,
-            maximum=100,
-        ),
-        Param(
-            "max_queue",
-            "int",
-            2,
-            "jobs that may wait (controlled)",
-            minimum=0,
-            maximum=1000,
-        ),
-        Param("job_ms", "int", 300, "duration of a job (ms)", minimum=1, maximum=5000),
-        *variability_params(max_utilisation=200),
-    ),
+    params=PARAMS,
+    params_type=LoadSheddingParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="latency",

@@ -9,17 +9,20 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import httpx
+
 from course.labs.harness.base import (
     Cell,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_param,
+    accepts_all,
     table,
 )
 from course.labs.harness.live import live_step
 from course.labs.harness.live_http import daphne_processes
 from course.labs.load_shedding.model import COLUMNS, LAB_BUDGET_MS, MODES, summarize
+from course.labs.load_shedding.params import LoadSheddingParams
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,6 @@ def shed_servers(envs: Sequence[dict[str, str]]) -> Iterator[list[ShedServer]]:
 
 async def _simultaneous(url: str, count: int) -> list[tuple[int, float]]:
     """Send ``count`` GETs at once, one connection each; return (status, ms)."""
-    import httpx
-
     clients = [httpx.AsyncClient(timeout=60) for _ in range(count)]
     warm = url.split("/_lab/")[0] + "/_lab/wait?ms=0"  # exempt: counts nothing
     try:
@@ -86,32 +87,46 @@ async def _simultaneous(url: str, count: int) -> list[tuple[int, float]]:
         await asyncio.gather(*(c.aclose() for c in clients))
 
 
-def measure(
-    server: ShedServer, *, requests: int, job_ms: int
-) -> list[tuple[int, float]]:
+def fire(server: ShedServer, *, requests: int, job_ms: int) -> list[tuple[int, float]]:
     """Return (status, latency ms) of ``requests`` simultaneous lab requests."""
     url = f"{server.base_url}/_lab/work?ms={job_ms}"
     return asyncio.run(_simultaneous(url, requests))
 
 
-def live(params: Params, progress: Progress) -> Tables:
+@dataclass(frozen=True)
+class Measurement:
+    """Each mode's answers: (status, latency ms) of every simultaneous request."""
 
-    requests = int_param(params, "requests")
-    concurrent = int_param(params, "max_concurrent")
-    job_ms = int_param(params, "job_ms")
+    answers: list[tuple[str, list[tuple[int, float]]]]
+
+
+def measure(params: LoadSheddingParams, progress: Progress) -> Measurement:
+    """Send the requests at once to a daphne per mode, behind admission control."""
+    requests = params.requests
     if requests == 0:
-        # No request to send: the live table is as empty as the model's.
-        return {"live_latency": table(COLUMNS, [])}
+        return Measurement([])  # no request to send: nothing to start
+    concurrent = params.max_concurrent
     envs = [
         admission_env(max_running=concurrent, max_queued=requests),
-        admission_env(
-            max_running=concurrent, max_queued=int_param(params, "max_queue")
-        ),
+        admission_env(max_running=concurrent, max_queued=params.max_queue),
     ]
     live_step(progress, 0.05, "starting two daphne behind admission control")
-    rows: list[list[Cell]] = []
+    answers: list[tuple[str, list[tuple[int, float]]]] = []
     with shed_servers(envs) as servers:
         for index, (mode, server) in enumerate(zip(MODES, servers, strict=True)):
             live_step(progress, 0.3 + 0.3 * index, f"{mode}: {requests} requests")
-            rows += summarize(mode, measure(server, requests=requests, job_ms=job_ms))
+            answers.append(
+                (mode, fire(server, requests=requests, job_ms=params.job_ms))
+            )
+    return Measurement(answers)
+
+
+def tables(params: LoadSheddingParams, measured: Measurement) -> Tables:
+    """Summarise each mode's answers as the model summarises its own."""
+    rows: list[list[Cell]] = []
+    for mode, answers in measured.answers:
+        rows += summarize(mode, answers)
     return {"live_latency": table(COLUMNS, rows)}
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

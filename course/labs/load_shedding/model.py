@@ -8,11 +8,8 @@ from typing import Final
 
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
 from course.labs.harness.queueing import (
@@ -22,6 +19,7 @@ from course.labs.harness.queueing import (
     bounded_rows,
     scenario_of,
 )
+from course.labs.load_shedding.params import LoadSheddingParams
 
 MODES: Final = ("unbounded", "controlled")
 COLUMNS: Final = ["mode", "status", "latency_slices", "count"]
@@ -72,30 +70,30 @@ def summarize(mode: str, answers: Sequence[tuple[int, float]]) -> list[list[Cell
     return rows
 
 
-def variability(params: Params) -> list[list[Cell]]:
+def variability(params: LoadSheddingParams) -> list[list[Cell]]:
     """The variability rows: ``max_concurrent`` places, jobs of ``job_ms``."""
     scenario = scenario_of(
         params,
-        servers=int_param(params, "max_concurrent"),
-        mean_service=float(int_param(params, "job_ms")),
+        servers=params.max_concurrent,
+        mean_service=float(params.job_ms),
     )
     return bounded_rows(
         scenario,
-        int_list_param(params, "utilisations"),
+        params.utilisations,
         MILLISECONDS,
-        capacity=int_param(params, "max_queue"),
+        capacity=params.max_queue,
         unstable_note=UNSTABLE_UNBOUNDED,
     )
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    requests = int_param(params, "requests")
-    concurrent = int_param(params, "max_concurrent")
-    job_ms = int_param(params, "job_ms")
+def model(params: LoadSheddingParams, progress: Progress) -> Tables:
+    requests = params.requests
+    concurrent = params.max_concurrent
+    job_ms = params.job_ms
     rows: list[list[Cell]] = []
     for mode in MODES:
         progress(0.5 if mode == "controlled" else 0.0, f"{mode} server")
-        limit = None if mode == "unbounded" else int_param(params, "max_queue")
+        limit = None if mode == "unbounded" else params.max_queue
         answers = serve(
             requests, max_concurrent=concurrent, max_queue=limit, job_ms=job_ms
         )

@@ -74,8 +74,7 @@ rows are deleted at the end; its outbox messages stay in the log like any other.
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
-from course.labs.harness.jsnum import SEED_MAX
+from course.labs.harness.base import Chart, Lab
 from course.labs.ordering_and_partitioning import live, model
 from course.labs.ordering_and_partitioning.live import (
     APPLIED_TTL_S,
@@ -95,6 +94,10 @@ from course.labs.ordering_and_partitioning.model import (
     partition_of,
     run_competing,
     run_partitioned,
+)
+from course.labs.ordering_and_partitioning.params import (
+    PARAMS,
+    OrderingParams,
 )
 
 __all__ = [
@@ -117,72 +120,13 @@ __all__ = [
 ]
 
 
-def _counts(name: str, default: list[int], what: str) -> Param:
-    return Param(
-        name,
-        "int_list",
-        default,
-        f"{what}, one row each (none: no rows)",
-        minimum=1,
-        maximum=100,
-        min_items=0,
-        max_items=12,
-        work="count",
-    )
-
-
 LAB = Lab(
     slug="ordering-and-partitioning",
     title="Ordering and Partitioning",
-    params=(
-        Param(
-            "events",
-            "int",
-            24,
-            "loan events in the main workload",
-            minimum=0,
-            maximum=20_000,
-            work="value",
-        ),
-        Param(
-            "seed",
-            "int",
-            20250720,
-            "seed of the course's generator for the main workload",
-            minimum=0,
-            maximum=SEED_MAX,
-        ),
-        Param(
-            "books",
-            "int",
-            6,
-            "distinct books the main workload draws from",
-            minimum=1,
-            maximum=10_000,
-        ),
-        _counts("workers", [1, 2, 3, 4], "worker counts with no partitioning"),
-        _counts("partitions", [1, 2, 3, 4, 6], "partition counts (key: book id)"),
-        Param(
-            "hot_events",
-            "int",
-            30,
-            "events in the hot-key workload (book 3 is hot)",
-            minimum=0,
-            maximum=20_000,
-            work="value",
-        ),
-        Param(
-            "hot_seed",
-            "int",
-            7,
-            "seed of the course's generator for the hot-key workload",
-            minimum=0,
-            maximum=SEED_MAX,
-        ),
-        _counts("hot_partitions", [1, 2, 4, 8], "partition counts for the hot key"),
-    ),
+    params=PARAMS,
+    params_type=OrderingParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="competing",

@@ -11,12 +11,12 @@ other partitions flow meanwhile. Waits are commit-to-ledger times (the message's
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.db import transaction
 
 from course.labs.harness import live as harness
-from course.labs.harness.base import Cell
 from course.labs.ordering_and_partitioning.books import LabBooks
 from library.models import BookLedger
 from library.services import stock_correct
@@ -46,16 +46,26 @@ def _mean_ms(values: list[float]) -> float | None:
     return round(statistics.fmean(values), 1) if values else None
 
 
-def live_head_of_line(system: LiveSystem, lab: LabBooks, partitions: int) -> list[Cell]:
-    """Return [blocked_events, average_wait_ms, alone_average_wait_ms, head_attempts,
-    head_outcome]."""
+@dataclass(frozen=True)
+class Blocking:
+    """What a bad head did to its partition, beside the partitions it did not hold."""
+
+    blocked_events: int
+    average_wait_ms: float | None
+    alone_average_wait_ms: float | None
+    head_attempts: int
+    head_outcome: str
+
+
+def live_head_of_line(system: LiveSystem, lab: LabBooks, partitions: int) -> Blocking:
+    """Publish a bad head, then good changes behind it and beside it; time them."""
 
     books = sorted(lab.ids.values())
     head_book = books[0]
     same = [b for b in books if b % partitions == head_book % partitions]
     other = [b for b in books if b % partitions != head_book % partitions]
     if not other:
-        return [0, None, None, 0, "no other partition to compare with"]
+        return Blocking(0, None, None, 0, "no other partition to compare with")
     bad = _publish_unusable(lab, head_book)
     lab.message_ids.append(bad)
     blocked: list[int] = []
@@ -92,10 +102,10 @@ def live_head_of_line(system: LiveSystem, lab: LabBooks, partitions: int) -> lis
     outcome = "dead letter" if head.status == Delivery.Status.DEAD else head.status
     # The head's dead letter is the lab's own: it is not left for an operator.
     DeadLetter.objects.filter(delivery=head).delete()
-    return [
+    return Blocking(
         len(blocked),
         _mean_ms(waits(blocked)),
         _mean_ms(waits(alone)),
         head.attempts,
-        outcome,
-    ]
+        str(outcome),
+    )

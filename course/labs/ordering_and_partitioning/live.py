@@ -7,6 +7,7 @@ import logging
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -19,11 +20,9 @@ from course.labs.harness import live as harness
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
 from course.labs.harness.live import PRIVATE_QUEUE_PREFIX
@@ -35,7 +34,10 @@ from course.labs.ordering_and_partitioning.books import (
     lab_messages_settled,
     stream_passed,
 )
-from course.labs.ordering_and_partitioning.head_of_line import live_head_of_line
+from course.labs.ordering_and_partitioning.head_of_line import (
+    Blocking,
+    live_head_of_line,
+)
 from course.labs.ordering_and_partitioning.live_tables import (
     Ordered,
     build_live_tables,
@@ -49,6 +51,7 @@ from course.labs.ordering_and_partitioning.model import (
     loan_events,
     run_competing,
 )
+from course.labs.ordering_and_partitioning.params import OrderingParams
 from library.models import BookLedger
 from library.services import stock_correct
 from messaging.models import Delivery, OutboxMessage
@@ -107,9 +110,31 @@ def live_inversions(applied: Sequence[int], events: Sequence[Event]) -> tuple[in
     return count_inversions(applied), in_key
 
 
+@dataclass(frozen=True)
+class Competing:
+    """One competing run: the order its jobs finished in, on real workers."""
+
+    workers: int
+    workers_used: int
+    events: int
+    duration_s: float
+    global_inversions: int
+    in_key_inversions: int
+
+
+@dataclass(frozen=True)
+class Measurement:
+    competing: list[Competing]
+    main: Ordered
+    hot: Ordered
+    blocking: Blocking
+    book_ids: dict[int, int]  # model book -> the run's real book
+    partitions: int
+
+
 def _live_competing(
     system: LiveSystem, events: Sequence[Event], delays: Sequence[int], workers: int
-) -> list[Cell]:
+) -> Competing:
     """One rq job per event on the run's private queue, taken by ``workers`` workers.
 
     1. Enqueue the jobs in production order (rq's queue is FIFO).
@@ -144,15 +169,13 @@ def _live_competing(
     if sorted(applied) != [event.order for event in events]:
         raise LabError(f"live: {len(applied)} of {len(events)} events recorded")
     ended = max(as_aware(job.ended_at) for job in jobs if job.ended_at is not None)
-    model_run = run_competing(events, workers)
-    return [
+    return Competing(
         workers,
         len({job.worker_name for job in jobs}),
         len(events),
         round((ended - started).total_seconds(), 2),
         *live_inversions(applied, events),
-        inversions(model_run.by_finish)[1],
-    ]
+    )
 
 
 def _live_partitioned(
@@ -245,37 +268,38 @@ def _live_partitioned(
     )
 
 
-def live(params: Params, progress: Progress) -> Tables:
-    """Competing rq workers vs the partitioned ``book_ledger``, on real processes.
-
-    1. Check the live limits before starting anything.
-    2. Create the run's branch and books (each on its model book's partition).
-    3. For each worker count W (ascending): start W workers, run the competing jobs;
-       with the largest W, also publish the main and the hot-key events as real
-       stock corrections and measure the ledger; wait until every subscription has
-       processed the run's messages.
-    4. However it ends: stop the workers, delete the run's books (see
-       ``books_delete``).
-    """
-
-    count = int_param(params, "events")
-    books = int_param(params, "books")
-    hot_count = int_param(params, "hot_events")
-    counts = sorted(set(int_list_param(params, "workers")))
-    if not counts:
-        raise LabError(
+def live_check(params: OrderingParams) -> str | None:
+    """Refuse what real processes cannot run: no worker count, or too much work."""
+    if not params.workers:
+        return (
             "workers: the live part needs at least one worker count (it runs the "
             "partitioned measurements with the largest)"
         )
-    if max(count, hot_count) > LIVE_MAX_EVENTS:
-        raise LabError(f"live: at most {LIVE_MAX_EVENTS} events per workload")
-    if books > LIVE_MAX_BOOKS:
-        raise LabError(f"live: at most {LIVE_MAX_BOOKS} books")
-    if counts[-1] > LIVE_MAX_WORKERS:
-        raise LabError(f"live: at most {LIVE_MAX_WORKERS} workers")
-    events = loan_events(count, int_param(params, "seed"), books)
-    hot = hot_key_events(hot_count, int_param(params, "hot_seed"))
-    rng = random.Random(int_param(params, "seed"))
+    if max(params.events, params.hot_events) > LIVE_MAX_EVENTS:
+        return f"live: at most {LIVE_MAX_EVENTS} events per workload"
+    if params.books > LIVE_MAX_BOOKS:
+        return f"live: at most {LIVE_MAX_BOOKS} books"
+    if max(params.workers) > LIVE_MAX_WORKERS:
+        return f"live: at most {LIVE_MAX_WORKERS} workers"
+    return None
+
+
+def measure(params: OrderingParams, progress: Progress) -> Measurement:
+    """Competing rq workers vs the partitioned ``book_ledger``, on real processes.
+
+    1. Create the run's branch and books (each on its model book's partition).
+    2. For each worker count W (ascending): start W workers, run the competing jobs;
+       with the largest W, also publish the main and the hot-key events as real
+       stock corrections and measure the ledger; wait until every subscription has
+       processed the run's messages.
+    3. However it ends: stop the workers, delete the run's books (see
+       ``books_delete``).
+    """
+    books = params.books
+    counts = sorted(set(params.workers))
+    events = loan_events(params.events, params.seed, books)
+    hot = hot_key_events(params.hot_events, params.hot_seed)
+    rng = random.Random(params.seed)
     delays = [
         event.duration * LIVE_UNIT_MS + rng.randint(0, LIVE_JITTER_MS)
         for event in events
@@ -284,10 +308,10 @@ def live(params: Params, progress: Progress) -> Tables:
     run = harness.new_run_id()
     harness.live_step(progress, 0.01, "creating the run's branch and books")
     lab = books_create(run, max(books, HOT_BOOKS), partitions)
-    competing_rows: list[list[Cell]] = []
+    competing: list[Competing] = []
     main: Ordered | None = None
     hot_run: Ordered | None = None
-    blocking: list[Cell] = []
+    blocking: Blocking | None = None
     try:
         for index, workers in enumerate(counts):
             # A run id per worker set: rq refuses a worker named like one whose
@@ -302,7 +326,7 @@ def live(params: Params, progress: Progress) -> Tables:
                 harness.live_step(
                     progress, 0.05 + share, f"competing: {workers} worker(s)"
                 )
-                competing_rows.append(_live_competing(system, events, delays, workers))
+                competing.append(_live_competing(system, events, delays, workers))
                 if workers != counts[-1]:
                     continue
                 harness.live_step(progress, 0.7, "partitioned: book_ledger")
@@ -327,12 +351,40 @@ def live(params: Params, progress: Progress) -> Tables:
                     )
     finally:
         books_delete(lab)
-    if main is None or hot_run is None:  # the largest worker count runs both
-        raise LabError("live: the partitioned runs did not run")
-    tables = build_live_tables(
-        competing_rows, main, hot_run, events, hot, lab, counts[-1], partitions
+    if main is None or hot_run is None or blocking is None:
+        raise LabError("live: the partitioned runs did not run")  # the largest runs
+    return Measurement(competing, main, hot_run, blocking, dict(lab.ids), partitions)
+
+
+def tables(params: OrderingParams, measured: Measurement) -> Tables:
+    """The measured orders beside the model's, run on the same events."""
+    events = loan_events(params.events, params.seed, params.books)
+    hot = hot_key_events(params.hot_events, params.hot_seed)
+    competing_rows: list[list[Cell]] = [
+        [
+            run.workers,
+            run.workers_used,
+            run.events,
+            run.duration_s,
+            run.global_inversions,
+            run.in_key_inversions,
+            inversions(run_competing(events, run.workers).by_finish)[1],
+        ]
+        for run in measured.competing
+    ]
+    workers = max(run.workers for run in measured.competing)
+    built = build_live_tables(
+        competing_rows,
+        measured.main,
+        measured.hot,
+        events,
+        hot,
+        measured.book_ids,
+        workers,
+        measured.partitions,
     )
-    tables["live_head_of_line"] = table(
+    blocking = measured.blocking
+    built["live_head_of_line"] = table(
         [
             "blocked_events",
             "average_wait_ms",
@@ -340,6 +392,17 @@ def live(params: Params, progress: Progress) -> Tables:
             "head_attempts",
             "head_outcome",
         ],
-        [blocking],
+        [
+            [
+                blocking.blocked_events,
+                blocking.average_wait_ms,
+                blocking.alone_average_wait_ms,
+                blocking.head_attempts,
+                blocking.head_outcome,
+            ]
+        ],
     )
-    return tables
+    return built
+
+
+LIVE = LivePart(check=live_check, measure=measure, tables=tables)

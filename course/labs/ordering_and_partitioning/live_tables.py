@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from course.labs.harness.base import (
     Cell,
@@ -13,17 +12,11 @@ from course.labs.harness.base import (
     table,
 )
 from course.labs.harness.jsnum import js_fixed_number
-from course.labs.ordering_and_partitioning.books import (
-    LabBooks,
-)
 from course.labs.ordering_and_partitioning.model import (
     Event,
     loads_text,
     partition_of,
 )
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("course.live")
 
@@ -58,7 +51,7 @@ def build_live_tables(
     hot_run: Ordered,
     events: Sequence[Event],
     hot: Sequence[Event],
-    lab: LabBooks,
+    book_ids: dict[int, int],
     workers: int,
     partitions: int,
 ) -> Tables:
@@ -133,9 +126,9 @@ def build_live_tables(
                     workers,
                     hot_run.events,
                     hottest,
-                    lab.ids[hottest],
+                    book_ids[hottest],
                     js_fixed_number(100 * share, 1),
-                    partition_of(lab.ids[hottest], partitions),
+                    partition_of(book_ids[hottest], partitions),
                     busiest,
                     loads_text(hot_run.partition_events),
                     loads_text(expected_partition_events(hot, partitions)),

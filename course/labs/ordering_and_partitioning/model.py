@@ -9,14 +9,12 @@ from typing import TYPE_CHECKING
 
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
 from course.labs.harness.jsnum import JsLcg, js_fixed_number
+from course.labs.ordering_and_partitioning.params import OrderingParams
 from messaging.policies import partition_of as messaging_partition_of
 
 if TYPE_CHECKING:
@@ -199,21 +197,21 @@ def head_of_line(events: Sequence[Event]) -> tuple[int, float | None, float | No
     )
 
 
-def model(params: Params, progress: Progress) -> Tables:
+def model(params: OrderingParams, progress: Progress) -> Tables:
     progress(0.05, "drawing the loan events")
     events = loan_events(
-        int_param(params, "events"),
-        int_param(params, "seed"),
-        int_param(params, "books"),
+        params.events,
+        params.seed,
+        params.books,
     )
     competing_rows: list[list[Cell]] = []
-    for workers in int_list_param(params, "workers"):
+    for workers in params.workers:
         progress(0.1, f"competing: {workers} worker(s)")
         run = run_competing(events, workers)
         competing_rows.append([workers, run.duration, *inversions(run.by_finish)])
 
     partitioned_rows: list[list[Cell]] = []
-    for partitions in int_list_param(params, "partitions"):
+    for partitions in params.partitions:
         progress(0.4, f"partitioned: {partitions} partition(s)")
         run = run_partitioned(events, partitions)
         partitioned_rows.append(
@@ -226,9 +224,9 @@ def model(params: Params, progress: Progress) -> Tables:
         )
 
     progress(0.7, "hot key: one book takes most of the traffic")
-    hot = hot_key_events(int_param(params, "hot_events"), int_param(params, "hot_seed"))
+    hot = hot_key_events(params.hot_events, params.hot_seed)
     hot_rows: list[list[Cell]] = []
-    for partitions in int_list_param(params, "hot_partitions"):
+    for partitions in params.hot_partitions:
         run = run_partitioned(hot, partitions)
         hot_rows.append([partitions, run.duration, loads_text(run.loads)])
     hot_only = [e for e in hot if e.book_id == HOT_BOOK]

@@ -23,10 +23,13 @@ so the jitter experiment draws its waits here on top of ``Backoff.delay_ms``.
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
-from course.labs.harness.jsnum import SEED_MAX
+from course.labs.harness.base import Chart, Lab
 from course.labs.poison_messages_and_retry import live, model
 from course.labs.poison_messages_and_retry.model import check_wave_size
+from course.labs.poison_messages_and_retry.params import (
+    PARAMS,
+    PoisonMessagesParams,
+)
 
 __all__ = ["LAB"]
 
@@ -34,60 +37,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="poison-messages-and-retry",
     title="Poison Messages and Retry",
-    params=(
-        Param(
-            "base_ms",
-            "int",
-            500,
-            "first exponential wait",
-            minimum=0,
-            maximum=1_000_000,
-        ),
-        Param(
-            "cap_ms",
-            "int",
-            30_000,
-            "longest wait of the capped schedules",
-            minimum=0,
-            maximum=100_000_000,
-        ),
-        Param(
-            "budget_ms",
-            "int",
-            300_000,
-            "time budget for waiting between attempts",
-            minimum=0,
-            maximum=1_000_000_000,
-        ),
-        Param(
-            "consumers",
-            "int",
-            200,
-            "consumers failing at the same instant",
-            minimum=1,
-            maximum=10_000,
-            work="value",
-        ),
-        Param("attempts", "int", 4, "retries per consumer", minimum=1, maximum=100),
-        Param(
-            "bucket_ms",
-            "int",
-            100,
-            "width of a counting slot",
-            minimum=1,
-            maximum=1_000_000,
-        ),
-        Param(
-            "seed",
-            "int",
-            20250720,
-            "seed of the course's generator",
-            minimum=0,
-            maximum=SEED_MAX,
-        ),
-    ),
+    params=PARAMS,
+    params_type=PoisonMessagesParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     combination_check=check_wave_size,
     charts=(
         Chart(

@@ -8,8 +8,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.harness.base import Cell, Progress, Tables, table
 from course.labs.harness.jsnum import JsLcg, js_round
+from course.labs.poison_messages_and_retry.params import PoisonMessagesParams
 from messaging.policies import Backoff
 
 # --- 1. where the attempt counter is raised ---------------------------------------
@@ -180,10 +181,10 @@ def bucket_wave(moments: list[float], bucket_ms: int) -> Wave:
 # --- the lab -------------------------------------------------------------------------
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    base_ms = int_param(params, "base_ms")
-    cap_ms = int_param(params, "cap_ms")
-    budget_ms = int_param(params, "budget_ms")
+def model(params: PoisonMessagesParams, progress: Progress) -> Tables:
+    base_ms = params.base_ms
+    cap_ms = params.cap_ms
+    budget_ms = params.budget_ms
     progress(0.05, "counter position: a message that kills the consumer")
     counter = [
         counter_position_row(label, count_on_delivery=on_delivery)
@@ -203,12 +204,12 @@ def model(params: Params, progress: Progress) -> Tables:
         wave = bucket_wave(
             retry_moments(
                 mode,
-                consumers=int_param(params, "consumers"),
-                attempts=int_param(params, "attempts"),
+                consumers=params.consumers,
+                attempts=params.attempts,
                 backoff=backoff,
-                seed=int_param(params, "seed"),
+                seed=params.seed,
             ),
-            int_param(params, "bucket_ms"),
+            params.bucket_ms,
         )
         jitter.append(
             [mode, wave.requests, wave.peak, wave.filled_buckets, wave.last_bucket]
@@ -245,8 +246,8 @@ def model(params: Params, progress: Progress) -> Tables:
 MAX_RETRY_REQUESTS = 100_000
 
 
-def check_wave_size(params: Params) -> str | None:
-    requests = int_param(params, "consumers") * int_param(params, "attempts")
+def check_wave_size(params: PoisonMessagesParams) -> str | None:
+    requests = params.consumers * params.attempts
     if requests > MAX_RETRY_REQUESTS:
         return (
             f"consumers * attempts must be at most {MAX_RETRY_REQUESTS:,}, "

@@ -18,8 +18,12 @@ throughput, five for the probabilities (shown as numbers, so 0.99800 is 0.998).
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab
 from course.labs.rationale_for_asynchronous_processing import live, model
+from course.labs.rationale_for_asynchronous_processing.params import (
+    PARAMS,
+    RationaleParams,
+)
 
 __all__ = ["LAB"]
 
@@ -27,18 +31,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="rationale-for-asynchronous-processing",
     title="Rationale for Asynchronous Processing",
-    params=(
-        Param(
-            "success_probability",
-            "float",
-            0.999,
-            "chance that one step's dependency answers",
-            minimum=0,
-            maximum=1,
-        ),
-    ),
+    params=PARAMS,
+    params_type=RationaleParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="steps",

@@ -7,15 +7,26 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from config.processes import child_environment, start_manage
 from course.instruments.probes import probe_dir
-from course.instruments.processes import child_environment, start_manage
 from course.labs.harness import live as harness
-from course.labs.harness.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.harness.base import (
+    LabError,
+    LivePart,
+    Progress,
+    Tables,
+    accepts_all,
+    table,
+)
 from course.labs.harness.live_loans import SIDE_JOB_DELAY_S, loan_side_jobs
+from course.labs.rationale_for_asynchronous_processing.params import (
+    RationaleParams,
+)
 from library.models import Book, Branch, Loan, Member
 from library.services import loan_return
 from messaging.models import Delivery, OutboxMessage
@@ -31,7 +42,7 @@ LIVE_HANDOFFS = (("in memory", "in-memory"), ("outbox", "outbox"))
 CHILD_TIMEOUT_S = 60.0
 
 
-def _live_loans() -> list[tuple[int, int]]:
+def live_loans() -> list[tuple[int, int]]:
     """Return (member, book) pairs: three members, three books of one branch."""
 
     members = list(Member.objects.order_by("id").values_list("id", flat=True)[:3])
@@ -83,7 +94,25 @@ def _issue_and_die(
     return loan_ids, side_jobs
 
 
-def live(params: Params, progress: Progress) -> Tables:
+@dataclass(frozen=True)
+class Handoff:
+    """What one hand-off left after its process was killed."""
+
+    handoff: str
+    loans: int  # loans issued (and answered) before the kill
+    loan_rows: int  # of them in the database
+    done_before_kill: int | None  # side jobs done before the kill (in memory only)
+    recoverable: int  # side jobs anything durable still names
+    done_after_restart: int
+
+
+@dataclass(frozen=True)
+class Measurement:
+    side_jobs: list[str]  # the side jobs of one loan
+    handoffs: list[Handoff]
+
+
+def measure(params: RationaleParams, progress: Progress) -> Measurement:
     """A real process issues three loans and is SIGKILLed right after answering.
 
     ``in memory``: each loan's side jobs go to a background thread of that process,
@@ -95,15 +124,9 @@ def live(params: Params, progress: Progress) -> Tables:
     counts only what its own hand-off left. The loans are returned afterwards
     (``loan_return``), so the library keeps its shelf counts.
     """
-
-    pairs = _live_loans()
-    # The system's side jobs of a loan are the subscriptions its message reaches
-    # (three, as in the lesson, while the registry has three for loans).
-    side_jobs = loan_side_jobs()
-    names = " ".join(side_jobs)
+    pairs = live_loans()
     run = harness.new_run_id()
-    rows: list[list[Cell]] = []
-    detail: list[list[Cell]] = []
+    handoffs: list[Handoff] = []
     with harness.live_system(run=run, progress=progress) as system:
         for index, (handoff, flag) in enumerate(LIVE_HANDOFFS):
             harness.live_step(
@@ -112,25 +135,22 @@ def live(params: Params, progress: Progress) -> Tables:
             loan_ids, side_dir = _issue_and_die(system, handoff, flag, pairs)
             try:
                 loan_rows = Loan.objects.filter(pk__in=loan_ids).count()
-                handed_off = len(loan_ids) * len(side_jobs)
                 if flag == "in-memory":
                     done_before = len(list(side_dir.glob("*")))
                     # Nothing durable lists a job still waiting in the dead
                     # process's memory, so nothing can be recovered; wait past the
                     # thread's delay to see that none of them ever runs.
-                    recoverable = 0
                     time.sleep(SIDE_JOB_DELAY_S + 0.5)
                     done_after = len(list(side_dir.glob("*")))
-                    rows.append([handoff, loan_rows, recoverable])
-                    detail.append(
-                        [
+                    handoffs.append(
+                        Handoff(
                             handoff,
-                            names,
-                            handed_off,
+                            len(loan_ids),
+                            loan_rows,
                             done_before,
-                            recoverable,
+                            0,
                             done_after,
-                        ]
+                        )
                     )
                     continue
                 messages = OutboxMessage.objects.filter(
@@ -152,15 +172,27 @@ def live(params: Params, progress: Progress) -> Tables:
                     system=system,
                 )
                 done_after = deliveries.filter(status="done").count()
-                rows.append([handoff, loan_rows, recoverable])
-                detail.append(
-                    [handoff, names, handed_off, None, recoverable, done_after]
+                handoffs.append(
+                    Handoff(
+                        handoff, len(loan_ids), loan_rows, None, recoverable, done_after
+                    )
                 )
             finally:
                 for loan_id in loan_ids:
                     loan_return(loan_id=loan_id)
+    # The system's side jobs of a loan are the subscriptions its message reaches
+    # (three, as in the lesson, while the registry has three for loans).
+    return Measurement(loan_side_jobs(), handoffs)
+
+
+def tables(params: RationaleParams, measured: Measurement) -> Tables:
+    """What each hand-off kept through the kill, and what ran afterwards."""
+    names = " ".join(measured.side_jobs)
     return {
-        "live_durability": table(["handoff", "loan_rows", "recoverable_jobs"], rows),
+        "live_durability": table(
+            ["handoff", "loan_rows", "recoverable_jobs"],
+            [[h.handoff, h.loan_rows, h.recoverable] for h in measured.handoffs],
+        ),
         "live_side_jobs": table(
             [
                 "handoff",
@@ -170,6 +202,19 @@ def live(params: Params, progress: Progress) -> Tables:
                 "recoverable_jobs",
                 "done_after_restart",
             ],
-            detail,
+            [
+                [
+                    h.handoff,
+                    names,
+                    h.loans * len(measured.side_jobs),
+                    h.done_before_kill,
+                    h.recoverable,
+                    h.done_after_restart,
+                ]
+                for h in measured.handoffs
+            ],
         ),
     }
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

@@ -11,8 +11,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from course.labs.harness.base import Cell, Params, Progress, Tables, float_param, table
+from course.labs.harness.base import Cell, Progress, Tables, table
 from course.labs.harness.jsnum import js_fixed_number
+from course.labs.rationale_for_asynchronous_processing.params import (
+    RationaleParams,
+)
 
 
 @dataclass(frozen=True)
@@ -158,8 +161,8 @@ def durability() -> tuple[list[list[Cell]], list[list[Cell]]]:
     return rows, handed_off
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    probability = float_param(params, "success_probability")
+def model(params: RationaleParams, progress: Progress) -> Tables:
+    probability = params.success_probability
     progress(0.05, "steps: cost of each step of a loan request")
     steps = step_rows()
     progress(0.3, "summary: duration, throughput and success probability")

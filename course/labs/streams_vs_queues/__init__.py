@@ -31,8 +31,9 @@ its ``stock_projection`` consumer, retention on a throwaway log, in ``live_`` ta
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab
 from course.labs.streams_vs_queues import live, model
+from course.labs.streams_vs_queues.params import PARAMS, StreamsVsQueuesParams
 
 __all__ = ["LAB"]
 
@@ -40,18 +41,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="streams-vs-queues",
     title="Streams versus Queues",
-    params=(
-        Param(
-            "keep",
-            "int",
-            4,
-            "newest records the retention rule keeps (the log holds 10)",
-            minimum=0,
-            maximum=1_000_000,
-        ),
-    ),
+    params=PARAMS,
+    params_type=StreamsVsQueuesParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="storage",
