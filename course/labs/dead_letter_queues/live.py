@@ -20,7 +20,7 @@ from course.labs.harness.base import (
 )
 from messaging.models import DeadLetter
 from messaging.registry import SUBSCRIPTIONS
-from messaging.services import deadletter_redrive
+from messaging.services import dead_letter_redrive
 
 # --- live part ---------------------------------------------------------------------
 
@@ -118,7 +118,7 @@ def measure(params: DeadLetterQueuesParams, progress: Progress) -> Measurement:
         ]
         harness.live_step(progress, 0.5, "the cause is fixed; redrive")
         fixed_marker(run).touch()
-        redriven = deadletter_redrive(ids=[x.pk for x in letters], user=None)
+        redriven = dead_letter_redrive(ids=[x.pk for x in letters], user=None)
         redriven_ids = [x.delivery.message_id for x in letters]
         settle("the drain after the redrive")
         open_letters = DeadLetter.objects.filter(

@@ -37,13 +37,13 @@ from messaging.admin.common import (
 )
 from messaging.errors import DeadLetterError
 from messaging.models import DeadLetter
-from messaging.selectors import deadletter_clusters, deadletter_rows
+from messaging.selectors import dead_letter_clusters, dead_letter_rows
 from messaging.services import (
-    deadletter_discard,
-    deadletter_redrive,
-    deadletter_redrive_cluster,
+    dead_letter_discard,
+    dead_letter_redrive,
+    dead_letter_redrive_cluster,
 )
-from messaging.services.deadletters import DISCARD_REASON_MAX
+from messaging.services.dead_letters import DISCARD_REASON_MAX
 from messaging.templatetags.messaging_admin import short_duration
 
 # A confirmation page lists this many letters (those that killed workers first) and
@@ -140,7 +140,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[DeadLetter]:
-        return deadletter_rows(super().get_queryset(request))
+        return dead_letter_rows(super().get_queryset(request))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # Letters are written by the workers when a delivery uses up its attempts.
@@ -207,13 +207,13 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
     def death_warning(self, letter: DeadLetter) -> str:
         """Warn that the letter killed its worker before: a redrive may kill another.
 
-        ``worker_deaths`` is annotated by ``deadletter_rows`` (0 unless open).
+        ``worker_deaths`` is annotated by ``dead_letter_rows`` (0 unless open).
         """
         deaths = int(getattr(letter, "worker_deaths", 0))
         if deaths <= 0:
             return ""
         return format_html(
-            '<span class="deadletter-killer" title="{}">'
+            '<span class="dead-letter-killer" title="{}">'
             "⚠ killed a worker in {} attempt(s)</span>",
             "Earlier attempts ended with no failure recorded: the worker died "
             "(or lost its lease) while running it. A redrive may kill another.",
@@ -238,7 +238,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
                 selected=True,
             )
         ids = list(queryset.values_list("pk", flat=True))
-        redriven = deadletter_redrive(ids=ids, user=acting_user(request))
+        redriven = dead_letter_redrive(ids=ids, user=acting_user(request))
         self._report(request, "Redrove", redriven)
         self._report_skipped(request, len(ids), redriven)
         return None
@@ -252,7 +252,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
         if form.is_valid():
             ids = list(queryset.values_list("pk", flat=True))
             try:
-                discarded = deadletter_discard(
+                discarded = dead_letter_discard(
                     ids=ids,
                     user=acting_user(request),
                     reason=form.cleaned_data["reason"],
@@ -305,7 +305,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
         """
         chosen = letters.filter(redriven_at__isnull=True, discarded_at__isnull=True)
         total = chosen.count()
-        # A Q, not a keyword: the stubs do not see the annotation of deadletter_rows.
+        # A Q, not a keyword: the stubs do not see the annotation of dead_letter_rows.
         killers = chosen.filter(Q(worker_deaths__gt=0)).count()
         listed = list(
             chosen.select_related("delivery").order_by(
@@ -360,7 +360,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
             raise PermissionDenied
         now = timezone.now()
         changelist = reverse("admin:messaging_deadletter_changelist")
-        clusters = deadletter_clusters(now=now)
+        clusters = dead_letter_clusters(now=now)
         redrive = reverse("admin:messaging_deadletter_redrive_cluster")
         rows = [
             (
@@ -404,7 +404,7 @@ class DeadLetterAdmin(admin.ModelAdmin[DeadLetter]):
                 return HttpResponseBadRequest("the confirmation page sent no moment")
             if shown_at.tzinfo is None:
                 return HttpResponseBadRequest("the moment carries no time zone")
-            redriven = deadletter_redrive_cluster(
+            redriven = dead_letter_redrive_cluster(
                 subscription=subscription,
                 signature=signature,
                 failed_upto=shown_at,

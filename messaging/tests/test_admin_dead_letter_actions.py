@@ -16,11 +16,11 @@ from library.services import loan_issue
 from messaging import registry
 from messaging.errors import DeadLetterError
 from messaging.models import DeadLetter, Delivery
-from messaging.selectors import deadletter_clusters, deadletter_open_count
+from messaging.selectors import dead_letter_clusters, dead_letter_open_count
 from messaging.services import (
-    deadletter_discard,
-    deadletter_redrive,
-    deadletter_redrive_cluster,
+    dead_letter_discard,
+    dead_letter_redrive,
+    dead_letter_redrive_cluster,
     deliveries_claim,
     messaging_drain,
     relay_pending,
@@ -129,7 +129,7 @@ def test_letter_that_killed_its_worker_is_flagged_in_the_change_list(
 
 def test_clusters_view_counts_the_letters_that_killed_a_worker(killers):
     counts = {
-        (c.subscription, c.signature): c.killed_workers for c in deadletter_clusters()
+        (c.subscription, c.signature): c.killed_workers for c in dead_letter_clusters()
     }
     assert counts[("notification", DIED_SIGNATURE)] == 1
     assert counts[("notification", NOTIFY_SIGNATURE)] == 0
@@ -232,8 +232,8 @@ def test_cluster_redrive_service_takes_only_open_letters_of_that_cluster(
     # Members 1, 1 and 2 not found: one cluster of three.
     first, second = list(open_letters().filter(last_error=NOTIFY_ERROR.format(1)))
     other = open_letters().get(last_error=NOTIFY_ERROR.format(2))
-    deadletter_discard(ids=[first.pk], user=operator, reason="member deleted")
-    count = deadletter_redrive_cluster(
+    dead_letter_discard(ids=[first.pk], user=operator, reason="member deleted")
+    count = dead_letter_redrive_cluster(
         subscription="notification",
         signature=NOTIFY_SIGNATURE,
         failed_upto=max(x.last_failed_at for x in letters),
@@ -355,7 +355,7 @@ def test_discarded_letters_leave_the_open_list_and_count_but_stay_visible(
     operator_client,  # noqa: F811
     letters,  # noqa: F811
 ):
-    deadletter_discard(ids=[letters[0].pk], user=operator, reason="duplicate")
+    dead_letter_discard(ids=[letters[0].pk], user=operator, reason="duplicate")
     url = reverse(CHANGELIST)
     assert operator_client.get(url + "?state=open").context["cl"].result_count == 5
     discarded = operator_client.get(url + "?state=discarded")
@@ -363,14 +363,14 @@ def test_discarded_letters_leave_the_open_list_and_count_but_stay_visible(
     assert "discarded" in discarded.text
     assert "by operator: duplicate" in discarded.text
     assert operator_client.get(url).context["cl"].result_count == 6
-    assert deadletter_open_count() == 5
-    assert sum(c.count for c in deadletter_clusters()) == 5
+    assert dead_letter_open_count() == 5
+    assert sum(c.count for c in dead_letter_clusters()) == 5
 
 
 def test_discarded_letter_is_not_redriven(operator, letters):  # noqa: F811
-    deadletter_discard(ids=[letters[0].pk], user=operator, reason="duplicate")
-    assert deadletter_redrive(ids=[letters[0].pk], user=operator) == 0
-    assert deadletter_discard(ids=[letters[0].pk], user=operator, reason="again") == 0
+    dead_letter_discard(ids=[letters[0].pk], user=operator, reason="duplicate")
+    assert dead_letter_redrive(ids=[letters[0].pk], user=operator) == 0
+    assert dead_letter_discard(ids=[letters[0].pk], user=operator, reason="again") == 0
     letters[0].refresh_from_db()
     assert letters[0].discard_reason == "duplicate"
     assert Delivery.objects.get(pk=letters[0].delivery_id).status == "dead"
@@ -378,6 +378,6 @@ def test_discarded_letter_is_not_redriven(operator, letters):  # noqa: F811
 
 def test_discard_service_refuses_an_empty_reason(operator, letters):  # noqa: F811
     with pytest.raises(DeadLetterError):
-        deadletter_discard(ids=[letters[0].pk], user=operator, reason=" ")
+        dead_letter_discard(ids=[letters[0].pk], user=operator, reason=" ")
     letters[0].refresh_from_db()
     assert letters[0].is_open

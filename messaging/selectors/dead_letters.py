@@ -37,6 +37,6 @@ def worker_deaths() -> Case:
     )
 
 
-def deadletter_rows(queryset: QuerySet[DeadLetter]) -> QuerySet[DeadLetter]:
+def dead_letter_rows(queryset: QuerySet[DeadLetter]) -> QuerySet[DeadLetter]:
     """Annotate dead letters with ``worker_deaths`` (see ``worker_deaths``)."""
     return queryset.annotate(worker_deaths=worker_deaths())

@@ -71,7 +71,7 @@ def _redrive(
     return len(pks)
 
 
-def deadletter_redrive(*, ids: Iterable[int], user: AbstractBaseUser | None) -> int:
+def dead_letter_redrive(*, ids: Iterable[int], user: AbstractBaseUser | None) -> int:
     """Send dead letters back: attempts reset, available now; return how many.
 
     Only open dead letters are redriven, so a double click redrives once.
@@ -82,7 +82,7 @@ def deadletter_redrive(*, ids: Iterable[int], user: AbstractBaseUser | None) -> 
         return _redrive(letters, user=user, now=now)
 
 
-def deadletter_redrive_cluster(
+def dead_letter_redrive_cluster(
     *,
     subscription: str,
     signature: str,
@@ -109,7 +109,7 @@ def deadletter_redrive_cluster(
         return _redrive(letters, user=user, now=now)
 
 
-def deadletter_discard(
+def dead_letter_discard(
     *, ids: Iterable[int], user: AbstractBaseUser | None, reason: str
 ) -> int:
     """Archive open dead letters with who, when and why; return how many.
