@@ -11,7 +11,7 @@ Model part, ported from the lesson's two experiments:
 The origin here counts reads instead of querying a database. Only the number of reads
 appears in the tables, and what a read returns never steers a request to a different
 layer, so an in-memory SQLite copy of the course's data would add run time and
-nothing measurable. The live part (``live``) sends the same streams over real HTTP
+nothing measurable. The live part (``live.py``) sends the same streams over real HTTP
 to the application and counts the origin calls its server cache made.
 """
 

@@ -49,7 +49,7 @@ LIVE_NAMESPACES = tuple(LIVE_KINDS.values())
 PAGE_NAMESPACE = "page"
 COUNTED_NAMESPACES = (*LIVE_NAMESPACES, PAGE_NAMESPACE)
 # The branch page's fresh window in the lab's servers: longer than any run, so the
-# counts do not depend on the machine's speed (see ``live``).
+# counts do not depend on the machine's speed (see ``measure``).
 LIVE_STOCK_FRESH_S = 600
 LIVE_ENV = {"LIBRARY_CACHE_STOCK_FRESH_S": str(LIVE_STOCK_FRESH_S)}
 

@@ -16,7 +16,7 @@ queried from SQLite. The values matter only through their JSON size, and a deriv
 row serialises to the same text as the row the lesson's query returns, in the same
 column order.
 
-The live part (``live``) runs both workloads through the application's bounded
+The live part (``live.py``) runs both workloads through the application's bounded
 in-process tier and reads the counts back from its metrics.
 """
 

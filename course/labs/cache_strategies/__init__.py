@@ -17,7 +17,7 @@ The course keeps each origin in its own SQLite file. Here the origin is a dict o
 counts that counts its reads and writes: every statement the course issues is a
 single-row read or overwrite by primary key, so a database would change no count.
 
-The live part (``live``) runs the same workload and race on the real Redis and
+The live part (``live.py``) runs the same workload and race on the real Redis and
 the real book rows.
 """
 

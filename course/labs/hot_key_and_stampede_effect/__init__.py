@@ -20,7 +20,7 @@ Model part, three measurements:
 
 The digest is the course's: the first 8 hex digits of the key's SHA-256 as a number.
 
-The live part (``live``) repeats the stampede with real HTTP requests on real daphne
+The live part (``live.py``) repeats the stampede with real HTTP requests on real daphne
 processes and counts the origin calls the servers made.
 """
 

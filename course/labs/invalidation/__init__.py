@@ -23,7 +23,7 @@ the two, so the origin is a dict and the outbox a list; only counts are reported
 The keys of ``orphans`` keep the lesson's hand-built shapes on purpose: building them
 properly is the next lesson, whose lab uses ``library.cache.keys``.
 
-The live part (``live``) changes one real book and times three real read paths,
+The live part (``live.py``) changes one real book and times three real read paths,
 one of them retired by the outbox through a real rq worker.
 """
 

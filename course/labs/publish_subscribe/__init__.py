@@ -24,7 +24,7 @@ Extra tables: ``backlog`` (the pending counts of ``slow_subscriber`` as numbers,
 the chart) and ``late_subscriber_steps`` (processed counts after each stage; ``None``
 where search-index did not exist yet).
 
-Live part (``live`` below): the same four questions asked of the outbox and its real
+Live part (``live.py``): the same four questions asked of the outbox and its real
 subscriptions on real rq worker processes, in tables prefixed ``live_``.
 """
 

@@ -25,7 +25,7 @@ still holds after the first consumer), ``rewind`` (a consumer moving its offset 
 to 3), ``retention_log`` and ``retention_reads`` (the log and each read before and
 after the trim).
 
-Live part (``live`` below): storage and replay on the installation's outbox log and
+Live part (``live.py``): storage and replay on the installation's outbox log and
 its ``stock_projection`` consumer, retention on a throwaway log, in ``live_`` tables.
 """
 

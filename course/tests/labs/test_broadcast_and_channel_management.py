@@ -32,7 +32,9 @@ def test_broadcast_lab_rejects_a_single_instance():
 
 
 @pytest.mark.processes
-def test_broadcast_live_part_reaches_the_other_instance_only_over_redis(branch):
+def test_broadcast_live_part_reaches_the_other_instance_only_over_redis(
+    transactional_db, redis_client, library
+):
     tables = tables_of("broadcast-and-channel-management", live=True)
     assert rows(tables, "live_delivery") == [
         ["memory", 0, 1, 0],

@@ -75,7 +75,9 @@ def test_streaming_lab_from_the_command_line():
 
 
 @pytest.mark.processes
-def test_streaming_live_part_first_byte_and_cut(branch):
+def test_streaming_live_part_first_byte_and_cut(
+    transactional_db, redis_client, library
+):
     tables = tables_of("streaming-responses", live=True)
     (full, streaming) = rows(tables, "live_timing")
     assert full[0] == "full"

@@ -35,7 +35,9 @@ def test_websocket_model_prints_the_course_exchange():
 
 
 @pytest.mark.processes
-def test_websocket_live_part_talks_to_our_daphne(branch):
+def test_websocket_live_part_talks_to_our_daphne(
+    transactional_db, redis_client, library
+):
     tables = tables_of("websocket-server", live=True)
     checks = dict(rows(tables, "live_handshake"))
     assert checks["plain request"] == "HTTP/1.1 426 Upgrade Required"
