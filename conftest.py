@@ -1,11 +1,21 @@
-"""Fixtures shared by every app's tests, and where the process tests run."""
+"""Fixtures shared by every app's tests, and where the process tests run.
+
+The library's rows come from here, one set for every app: ``library`` is a small
+library (two branches, three books, a member; ``loan`` adds an open loan), and
+``branch``, ``book``, ``member`` and ``other_member`` are the one branch and book
+and the two members with accounts that most library tests need. A test that needs
+rows of another shape (a workload of hundreds of books, a branch of its own) makes
+them itself.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import gc
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from unittest import mock
 
 import pytest
@@ -14,6 +24,9 @@ from asgiref.sync import sync_to_async
 from channels.layers import channel_layers
 from django.conf import settings
 from django.db import connections
+
+from library.models import Book, Branch, Loan, Member
+from tests.people import account
 
 # Tests that start real processes or a browser prove a behaviour once, on the
 # production database, unless marked ``each_database`` (what they prove differs by
@@ -107,3 +120,92 @@ def browser():
         # still runs, so with Django's guard lifted as those tests lift it.
         with mock.patch.dict(os.environ, {"DJANGO_ALLOW_ASYNC_UNSAFE": "true"}):
             connections.close_all()
+
+
+# --- the library's rows ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SmallLibrary:
+    """Two branches with their books, and a member.
+
+    Fixed ids, as the pages and sockets name them: branch 1 ("Central", Ankara)
+    holds Dune (book 1, 2 on the shelf) and Emma (book 2, 1 on the shelf); branch 2
+    ("Konak", Izmir) holds Ulysses (book 3, 1 on the shelf); member 1 is Ada.
+    """
+
+    central: Branch
+    konak: Branch
+    dune: Book
+    emma: Book
+    ulysses: Book
+    member: Member
+
+
+@pytest.fixture
+def library() -> SmallLibrary:
+    """A small library (see ``SmallLibrary``); the test's database mark applies."""
+    central = Branch.objects.create(id=1, name="Central", city="Ankara")
+    konak = Branch.objects.create(id=2, name="Konak", city="Izmir")
+    return SmallLibrary(
+        central=central,
+        konak=konak,
+        dune=Book.objects.create(
+            id=1, title="Dune", author="Herbert", branch=central, on_shelf=2
+        ),
+        emma=Book.objects.create(
+            id=2, title="Emma", author="Austen", branch=central, on_shelf=1
+        ),
+        ulysses=Book.objects.create(
+            id=3, title="Ulysses", author="Joyce", branch=konak, on_shelf=1
+        ),
+        member=Member.objects.create(
+            id=1,
+            first_name="Ada",
+            last_name="Lovelace",
+            registered_at=datetime.date(2024, 1, 1),
+        ),
+    )
+
+
+@pytest.fixture
+def loan(library: SmallLibrary) -> Loan:
+    """An open loan of Ulysses to the member, written as a row (no outbox message)."""
+    return Loan.objects.create(
+        book=library.ulysses,
+        member=library.member,
+        pickup_date=datetime.date(2024, 3, 1),
+    )
+
+
+@pytest.fixture
+def branch() -> Branch:
+    return Branch.objects.create(name="Central", city="Ankara")
+
+
+@pytest.fixture
+def book(branch: Branch) -> Book:
+    return Book.objects.create(
+        title="The Name of the Rose", author="Umberto Eco", branch=branch, on_shelf=2
+    )
+
+
+@pytest.fixture
+def member() -> Member:
+    return Member.objects.create(
+        first_name="Ada",
+        last_name="Lovelace",
+        email="ada@example.test",
+        registered_at=datetime.date(2024, 1, 1),
+        user=account("ada"),
+    )
+
+
+@pytest.fixture
+def other_member() -> Member:
+    return Member.objects.create(
+        first_name="Alan",
+        last_name="Turing",
+        registered_at=datetime.date(2024, 1, 1),
+        user=account("alan"),
+    )

@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import datetime
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,11 +39,11 @@ from bench.common import (
     BenchError,
     Children,
     format_table,
-    free_port,
     markdown_page,
     percentile,
     wait_until,
 )
+from config.processes import daphne_command, free_port, listening
 
 NAME = "broadcast"
 BRANCH = 1
@@ -126,22 +125,12 @@ def start_daphne(children: Children, name: str) -> int:
             # Every client of the benchmark comes from this one address: no share.
             "REALTIME_STREAMS_PER_CLIENT=0",
             "REALTIME_SOCKETS_PER_CLIENT=0",
-            sys.executable,
-            *("-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
-            "config.asgi:application",
+            *daphne_command(port),
         ],
     )
-
-    def listening() -> bool:
-        import socket
-
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return True
-        except OSError:
-            return False
-
-    wait_until(listening, timeout=60, what=f"{name} to listen", children=children)
+    wait_until(
+        lambda: listening(port), timeout=60, what=f"{name} to listen", children=children
+    )
     return port
 
 

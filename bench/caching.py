@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final
@@ -44,13 +43,13 @@ from bench.common import (
     collect_static,
     flush_bench_redis,
     format_table,
-    free_port,
     markdown_page,
     median,
     migrate,
     percentile,
     wait_until,
 )
+from config.processes import daphne_command, free_port
 
 NAME = "caching"
 TARGET_CATALOGUE_P50_RATIO: Final = 0.25  # cached p50 / uncached p50, at most
@@ -163,14 +162,7 @@ def start_server(children: Children, name: str, cache: str) -> Server:
             "env",
             f"LIBRARY_CACHE={cache}",
             "ALLOWED_HOSTS=127.0.0.1",
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(server.port),
-            "config.asgi:application",
+            *daphne_command(server.port),
         ],
     )
 

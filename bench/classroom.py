@@ -40,12 +40,11 @@ from bench.common import (
     CpuMeter,
     collect_static,
     format_table,
-    free_port,
-    manage,
     markdown_page,
     percentile,
     wait_until,
 )
+from config.processes import daphne_command, free_port, manage_command
 
 NAME = "class"
 TARGET_LAST_S = 90.0
@@ -160,22 +159,14 @@ def start_system(children: Children) -> str:
     )
     children.start(
         "class-web",
-        [
-            *manage()[:1],
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "config.asgi:application",
-        ],
+        daphne_command(port),
     )
     children.start(
-        "class-worker", manage("rqworker", "default", "messaging", "--with-scheduler")
+        "class-worker",
+        manage_command("rqworker", "default", "messaging", "--with-scheduler"),
     )
-    children.start("class-scheduler", manage("scheduler"))
-    children.start("class-labs", manage("labworker"))
+    children.start("class-scheduler", manage_command("scheduler"))
+    children.start("class-labs", manage_command("labworker"))
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _answers(base), timeout=90, what="daphne", children=children)

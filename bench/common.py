@@ -6,8 +6,10 @@ recreated on every run, and Redis database ``BENCH_REDIS_DB``, flushed before ea
 phase. Both reach every child process through the environment, which is also the only
 way ``config.settings`` is configured.
 
-This module imports nothing from Django at import time: rq workers import ``noop`` from
-it, and ``python -m bench.common rqworker QUEUE`` starts a baseline worker.
+This module configures nothing of Django at import time: rq workers import ``noop``
+from it, and ``python -m bench.common rqworker QUEUE`` starts a baseline worker. Its
+children are started, awaited and stopped with the project's toolkit,
+``config.processes``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import os
 import platform
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
+
+from config.processes import (
+    WaitTimeout,
+    descendants,
+    kill,
+    manage_command,
+    start,
+    stop,
+)
+from config.processes import wait_until as process_wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -168,10 +179,6 @@ def flush_bench_redis() -> None:
 # --- Child processes ----------------------------------------------------------
 
 
-def manage(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "manage.py"), *args]
-
-
 def baseline_worker(queue: str) -> list[str]:
     """Return the command of a baseline worker (see ``run_rqworker``)."""
     return [sys.executable, "-m", "bench.common", "rqworker", queue]
@@ -203,11 +210,9 @@ class Children:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         log = open(LOG_DIR / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._log_starts[name] = log.tell()
-        process = subprocess.Popen(
-            list(argv),
-            cwd=ROOT,
+        process = start(
+            argv,
             env={**os.environ, **self.environment},
-            start_new_session=True,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -225,12 +230,7 @@ class Children:
 
     def stop(self, name: str, *, grace: float = 10.0) -> None:
         """SIGTERM the child's group (a warm shutdown), SIGKILL it after ``grace``."""
-        process = self.processes.pop(name)
-        family = _descendants(process.pid)
-        _signal_group(process, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=grace)
-        _kill_family(process, family + _descendants(process.pid))
+        stop(self.processes.pop(name), grace=grace)
         self._logs.pop(name).close()
 
     def stop_all(self, *, grace: float = 10.0) -> None:
@@ -240,8 +240,7 @@ class Children:
     def kill_all(self) -> None:
         """SIGKILL every child and descendant: the path taken on Ctrl-C and errors."""
         for name in list(self.processes):
-            process = self.processes.pop(name)
-            _kill_family(process, _descendants(process.pid))
+            kill(self.processes.pop(name))
             self._logs.pop(name).close()
 
     @contextlib.contextmanager
@@ -250,55 +249,6 @@ class Children:
             yield self
         finally:
             self.kill_all()
-
-
-def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
-    # The group id is the child's pid (start_new_session); only our own children.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signum)
-
-
-def _start_time(pid: int) -> str | None:
-    """Return the process's start time (clock ticks since boot), None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 22; the command name (field 2) may hold spaces, so count after its ")".
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _descendants(pid: int) -> list[tuple[int, str]]:
-    """Return (pid, start time) of every living descendant of ``pid``.
-
-    rq's work-horse calls ``setpgrp()``, so it leaves the worker's process group and
-    a signal to the group misses it; it is found here instead, while its parent lives.
-    """
-    found: list[tuple[int, str]] = []
-    stack = [pid]
-    while stack:
-        parent = stack.pop()
-        for children_file in Path(f"/proc/{parent}/task").glob("*/children"):
-            with contextlib.suppress(OSError):
-                for child in map(int, children_file.read_text().split()):
-                    started = _start_time(child)
-                    if started is not None:
-                        found.append((child, started))
-                        stack.append(child)
-    return found
-
-
-def _kill_family(
-    process: subprocess.Popen[bytes], family: list[tuple[int, str]]
-) -> None:
-    _signal_group(process, signal.SIGKILL)
-    for pid, started in family:
-        # The start time guards against a pid reused since it was recorded.
-        if _start_time(pid) == started:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=5)
 
 
 @contextlib.contextmanager
@@ -317,13 +267,6 @@ def exit_on_sigterm() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago, for a child server."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_workers(
@@ -354,22 +297,27 @@ def wait_until(
 
     A child that died raises at once; a timeout raises only when ``required``.
     """
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if children is not None:
-            children.check_alive()
-        if time.monotonic() > deadline:
-            if required:
-                raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
-            return False
-        time.sleep(interval)
+    try:
+        process_wait_until(
+            condition,
+            what,
+            timeout=timeout,
+            interval=interval,
+            alive=children.check_alive if children is not None else None,
+        )
+    except WaitTimeout:
+        if required:
+            raise BenchError(
+                f"timed out after {timeout:.0f} s waiting for {what}"
+            ) from None
+        return False
     return True
 
 
 def migrate(children: Children) -> None:
     """Run ``manage.py migrate`` against the benchmark database, as a child."""
     result = subprocess.run(
-        manage("migrate", "--noinput", "--verbosity", "0"),
+        manage_command("migrate", "--noinput", "--verbosity", "0"),
         cwd=ROOT,
         env={**os.environ, **children.environment},
         capture_output=True,
@@ -386,7 +334,7 @@ def collect_static(children: Children) -> None:
     the manifest comes from ``staticfiles/``.
     """
     result = subprocess.run(
-        manage("collectstatic", "--noinput", "--verbosity", "0"),
+        manage_command("collectstatic", "--noinput", "--verbosity", "0"),
         cwd=ROOT,
         env={**os.environ, **children.environment},
         capture_output=True,
@@ -484,7 +432,7 @@ class CpuMeter:
         for name, pids in self.pids.items():
             # Reaped children in their parent's count, living ones (a work-horse
             # mid-job) on their own: a job straddling a sample is counted once.
-            living = [child for pid in pids for child, _ in _descendants(pid)]
+            living = [child for pid in pids for child in descendants(pid)]
             sample[name] = sum(
                 _process_cpu_s(pid, children=True) for pid in pids
             ) + sum(_process_cpu_s(pid, children=False) for pid in living)

@@ -33,7 +33,6 @@ from bench.common import (
     baseline_worker,
     flush_bench_redis,
     format_table,
-    manage,
     markdown_page,
     median,
     percentile,
@@ -42,6 +41,7 @@ from bench.common import (
     wait_for_workers,
     wait_until,
 )
+from config.processes import manage_command
 
 NAME = "outbox"
 TARGET_RATIO = 2.0
@@ -223,7 +223,9 @@ def drain_ours(
     flush_bench_redis()
     names = [f"ours-{repeat}-{w}" for w in range(params.workers)]
     for name in names:
-        children.start(name, manage("rqworker", "messaging", "--verbosity", "0"))
+        children.start(
+            name, manage_command("rqworker", "messaging", "--verbosity", "0")
+        )
     wait_for_workers("messaging", params.workers, children)
     expected = params.loans * effects_per_loan()
     started = utcnow()
@@ -373,8 +375,10 @@ def latency(
     flush_bench_redis()
     names = [f"latency-worker-{w}" for w in range(params.workers)]
     for name in names:
-        children.start(name, manage("rqworker", "messaging", "--verbosity", "0"))
-    children.start("latency-scheduler", manage("scheduler"))
+        children.start(
+            name, manage_command("rqworker", "messaging", "--verbosity", "0")
+        )
+    children.start("latency-scheduler", manage_command("scheduler"))
     wait_for_workers("messaging", params.workers, children)
     count = max(1, round(params.rate * params.duration))
     meter = CpuMeter(

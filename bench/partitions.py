@@ -28,7 +28,6 @@ from bench.common import (
     Children,
     flush_bench_redis,
     format_table,
-    manage,
     markdown_page,
     median,
     utcnow,
@@ -36,6 +35,7 @@ from bench.common import (
     wait_until,
 )
 from bench.outbox import create_library, effects_per_loan, issue_loans, reset_activity
+from config.processes import manage_command
 
 NAME = "partitions"
 ORDERED = "book_ledger"
@@ -110,7 +110,9 @@ def throughput_run(
     flush_bench_redis()
     names = [f"partitions-{workers}-{repeat}-{w}" for w in range(workers)]
     for name in names:
-        children.start(name, manage("rqworker", "messaging", "--verbosity", "0"))
+        children.start(
+            name, manage_command("rqworker", "messaging", "--verbosity", "0")
+        )
     wait_for_workers("messaging", workers, children)
     # The relay writes the deliveries inside the drains: count them from the registry.
     expected = loans * effects_per_loan()

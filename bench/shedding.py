@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -31,11 +30,11 @@ from typing import Any
 from bench.common import (
     Children,
     format_table,
-    free_port,
     markdown_page,
     percentile,
     wait_until,
 )
+from config.processes import daphne_command, free_port
 
 NAME = "shedding"
 
@@ -89,9 +88,7 @@ def start_server(
         [
             "env",
             *env,
-            sys.executable,
-            *("-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
-            "config.asgi:application",
+            *daphne_command(port),
         ],
     )
     base = f"http://127.0.0.1:{port}"

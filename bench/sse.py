@@ -35,7 +35,6 @@ import asyncio
 import json
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +44,10 @@ from bench.common import (
     BenchError,
     Children,
     format_table,
-    free_port,
     percentile,
     wait_until,
 )
+from config.processes import daphne_command, free_port
 
 NAME = "realtime_sse"
 TARGET_KIB_PER_STREAM: Final = 30.0
@@ -96,9 +95,7 @@ def start_daphne(children: Children) -> tuple[int, int]:
             # Every client of the benchmark comes from this one address: no share.
             "REALTIME_STREAMS_PER_CLIENT=0",
             "REALTIME_SOCKETS_PER_CLIENT=0",
-            sys.executable,
-            *("-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
-            "config.asgi:application",
+            *daphne_command(port),
         ],
     )
 

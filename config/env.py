@@ -114,7 +114,7 @@ def env_file_load(
         # A test run is configured by config.settings_test alone: a developer's .env
         # must not point it at their Redis or database, nor change a setting. Turned
         # off in the environment, so the processes the tests start with
-        # config.settings (course.instruments.processes.child_environment) skip it
+        # config.settings (config.processes.child_environment) skip it
         # too and keep using the Redis and database of the test run.
         source[ENV_FILE_VARIABLE] = ""
     path = env_file_path(default, env=source)

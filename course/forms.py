@@ -25,9 +25,10 @@ def prediction_parse(text: str) -> float | None:
 class LabForm(forms.Form):
     """One text field per parameter, parsed with the same rules as ``lab --set``.
 
-    A lab with a live part also gets the "live" checkbox; a user who may not run
-    live parts (``live_refusal`` says why: no account, or the right withdrawn)
-    gets that reason as the field's error when they tick it anyway.
+    The "live" checkbox asks for the live part too; a user who may not run live
+    parts (``live_refusal`` says why: no account, or the right withdrawn) gets that
+    reason as the field's error when they tick it anyway, and so does a value the
+    live part cannot run (``Lab.live_refusal``).
 
     Text fields (not IntegerField) keep one parser for the form and the command line,
     so both give the same one-line reasons for the same bad value. A field left empty
@@ -50,7 +51,7 @@ class LabForm(forms.Form):
 
     def __init__(
         self,
-        lab: Lab,
+        lab: Lab[Any],
         *args: Any,
         live_refusal: str = "",
         predict_prompt: str = "",
@@ -94,26 +95,25 @@ class LabForm(forms.Form):
                 strip=True,
                 widget=forms.TextInput(attrs=attrs),
             )
-        if lab.live is not None:
-            # Not ``disabled`` in the form's logic: a disabled field ignores what is
-            # sent, and a request asking for the live part must be refused, not
-            # ignored. The widget is disabled for the browser only.
-            help_text = live_refusal or (
-                "Asks the real system the same question in a sandbox of its own "
-                "(a copy of the database, its own Redis server, its own rq "
-                "workers or web servers), measures what really happens and "
-                "removes the sandbox. A live run takes tens of seconds; runs are "
-                "taken in turn across learners, and a run identical to one "
-                "already waiting or running is joined, not repeated."
-            )
-            self.fields[self.LIVE_FIELD] = forms.BooleanField(
-                label="Also measure the live system",
-                required=False,
-                help_text=help_text,
-                widget=forms.CheckboxInput(
-                    attrs={"disabled": True} if live_refusal else {}
-                ),
-            )
+        # Not ``disabled`` in the form's logic: a disabled field ignores what is
+        # sent, and a request asking for the live part must be refused, not
+        # ignored. The widget is disabled for the browser only.
+        help_text = live_refusal or (
+            "Asks the real system the same question in a sandbox of its own "
+            "(a copy of the database, its own Redis server, its own rq "
+            "workers or web servers), measures what really happens and "
+            "removes the sandbox. A live run takes tens of seconds; runs are "
+            "taken in turn across learners, and a run identical to one "
+            "already waiting or running is joined, not repeated."
+        )
+        self.fields[self.LIVE_FIELD] = forms.BooleanField(
+            label="Also measure the live system",
+            required=False,
+            help_text=help_text,
+            widget=forms.CheckboxInput(
+                attrs={"disabled": True} if live_refusal else {}
+            ),
+        )
 
     @property
     def may_run_live(self) -> bool:
@@ -162,4 +162,9 @@ class LabForm(forms.Form):
                 self.params = self.lab.validate(values)
             except ParamError as error:
                 self.add_error(None, str(error))
+        if self.live and not self.errors:
+            # A value only the model runs: said on the box, before a run is asked.
+            refusal = self.lab.live_refusal(self.params)
+            if refusal:
+                self.add_error(self.LIVE_FIELD, refusal)
         return cleaned

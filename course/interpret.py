@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from course.labs.harness.base import Cell, Lab, Params, Table, Tables, clean_cell
 from course.textbook import (
@@ -152,7 +153,9 @@ class Interpretation:
         return not self.changes
 
 
-def _changes(lab: Lab, params: Params, text: LessonText | None) -> list[ParamChange]:
+def _changes(
+    lab: Lab[Any], params: Params, text: LessonText | None
+) -> list[ParamChange]:
     notes = text.params if text is not None else {}
     changes = []
     for param in lab.params:
@@ -383,7 +386,7 @@ def _prediction(
 
 def run_interpret(
     *,
-    lab: Lab,
+    lab: Lab[Any],
     text: LessonText | None,
     params: Params,
     tables: Tables,

@@ -158,7 +158,7 @@ def _stored_prediction(params: dict[str, Any]) -> float | None:
 
 
 def run_explain(
-    *, lab: Lab, text: LessonText | None, job: JobStatus
+    *, lab: Lab[Any], text: LessonText | None, job: JobStatus
 ) -> RunExplained | None:
     """Return what a finished run says, or None while it runs or when it failed."""
     result = job.result if isinstance(job.result, dict) else None
@@ -201,7 +201,7 @@ class PredictState:
         return figure_text(self.value) if self.value is not None else ""
 
 
-def params_context(lab: Lab, values: dict[str, Any]) -> str:
+def params_context(lab: Lab[Any], values: dict[str, Any]) -> str:
     """Say which parameters a prediction is for: the defaults, or the changed ones."""
     changed = [
         f"{param.name}={param.text(values[param.name])}"
@@ -217,7 +217,7 @@ def params_context(lab: Lab, values: dict[str, Any]) -> str:
 
 
 def predict_state(
-    *, lab: Lab | None, query: dict[str, str], stored: dict[str, Any] | None
+    *, lab: Lab[Any], query: dict[str, str], stored: dict[str, Any] | None
 ) -> PredictState:
     """Read the reveal state of a lesson page from its query and the run shown."""
     run_params = stored or {}
@@ -231,5 +231,5 @@ def predict_state(
         else:
             value = guess
     revealed = value is not None or bool(query.get("reveal"))
-    context = params_context(lab, run_params) if lab is not None else ""
+    context = params_context(lab, run_params)
     return PredictState(revealed, value, error, context)

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from course.labs.harness.base import Lab, Params
 
@@ -83,7 +84,7 @@ def fair_owner(*, visitor: str, client: str) -> str:
 # --- What a run costs ------------------------------------------------------------
 
 
-def run_cost(lab: Lab, params: Params) -> float:
+def run_cost(lab: Lab[Any], params: Params) -> float:
     """Return the run's estimated work as a multiple of the lab's default run.
 
     Each parameter marked as driving the work (``Param.work``) scales it: by its
@@ -128,6 +129,7 @@ class RefusalKind(StrEnum):
     NEEDS_ACCOUNT = "needs account"  # 403: sign up, then run it
     WITHDRAWN = "withdrawn"  # 403: an operator withdrew the live right
     TOO_HEAVY = "too heavy"  # 400: lower the parameters
+    MODEL_ONLY = "model only"  # 400: the live part cannot run these values
     BUSY = "busy"  # 429 + Retry-After: runs in flight
     HOURLY = "hourly"  # 429 + Retry-After: the hour's budget is spent
     QUEUE_FULL = "queue full"  # 503 + Retry-After: the whole service is full

@@ -55,18 +55,20 @@ from django.apps import apps
 from django.conf import settings
 from django.db import connection
 
-from config.redis_server import start_private, unix_socket_path, wait_answering
-from course.instruments.processes import (
+from config.processes import (
     ROOT,
     child_environment,
     current_database_url,
     manage_command,
+    start,
+    start_time,
 )
+from config.redis_server import start_private, unix_socket_path, wait_answering
 from course.labs.harness.base import (
     Lab,
     LabError,
     LabResult,
-    NoLivePart,
+    LiveRefused,
     Params,
     Progress,
     Tables,
@@ -426,7 +428,7 @@ def _manifest_write(sandbox: Sandbox) -> None:
     record = {
         "id": sandbox.id,
         "owner_pid": os.getpid(),
-        "owner_start": _process_start(os.getpid()),
+        "owner_start": start_time(os.getpid()),
         "database_url": sandbox.database_url,
         "database_name": sandbox.database_name,
         "redis_socket": str(sandbox.redis_socket),
@@ -435,20 +437,12 @@ def _manifest_write(sandbox: Sandbox) -> None:
     (sandbox.directory / "sandbox.json").write_text(json.dumps(record))
 
 
-def _process_start(pid: int) -> str | None:
-    """Return the process's start time (to tell a reused pid from its owner)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 def _owner_alive(record: dict[str, Any]) -> bool:
     pid = record.get("owner_pid")
     if not isinstance(pid, int):
         return False
-    start = _process_start(pid)
-    return start is not None and start == record.get("owner_start")
+    started = start_time(pid)
+    return started is not None and started == record.get("owner_start")
 
 
 def _recorded_socket(record: dict[str, Any], directory: Path) -> Path:
@@ -489,7 +483,7 @@ def sandbox_owned_kill() -> list[str]:
     For a lab worker told to stop: the live parts in hand lose their processes and
     end at once, and each run removes its own sandbox as it unwinds.
     """
-    me, started = os.getpid(), _process_start(os.getpid())
+    me, started = os.getpid(), start_time(os.getpid())
     killed = []
     for manifest in sorted(labs_dir().glob("*/sandbox.json")):
         try:
@@ -508,7 +502,7 @@ LIVE_TIMEOUT_S: Final = 840.0  # inside the labs queue's 900 s job timeout
 
 
 def lab_run_sandboxed(
-    lab: Lab, params: Params, *, live: bool, progress: Progress = no_progress
+    lab: Lab[Any], params: Params, *, live: bool, progress: Progress = no_progress
 ) -> LabResult:
     """Run the model here and, with ``live``, the live part in a sandbox of its own."""
 
@@ -516,10 +510,10 @@ def lab_run_sandboxed(
         if not (live and label == "done"):  # the run is done only after the live part
             progress(fraction, label)
 
+    if live and (reason := lab.live_refusal(params)):
+        raise LiveRefused(reason)  # before the model: nothing runs that cannot finish
     result = lab.run(params, progress=model_progress)
     if live:
-        if lab.live is None:
-            raise NoLivePart(f"{lab.slug} has no live part yet; run it without --live")
         tables = live_in_sandbox(lab.slug, params, progress)
         result["tables"] = {**result["tables"], **clean_tables(tables)}
         progress(1.0, "done")
@@ -551,11 +545,9 @@ def _child_run(
     """Run the live part in the sandbox's child; return its answer and exit status."""
     log_path = sandbox.directory / "live.log"
     with open(log_path, "wb") as child_log:
-        child = subprocess.Popen(
+        child = start(
             manage_command("labsandbox", slug, "--params", json.dumps(params)),
-            cwd=ROOT,
             env=sandbox.environment(),
-            start_new_session=True,
             stdout=subprocess.PIPE,
             stderr=child_log,
         )

@@ -14,8 +14,7 @@ from course.challenges.selectors import (
     challenges_solved_by_slug,
     session_solved,
 )
-from course.labs.registry import LABS
-from course.lessons import Area, Lesson, lessons_by_area
+from course.labs.registry import lab_get
 from course.models import LabAllowance, LabRun, LabWorkerState, LessonProgress
 from course.policies import Spent, Usage, Waiting, fair_owner
 from course.visitors import progress_entry
@@ -27,14 +26,6 @@ LAB_JOB_KIND = "lab"
 def lab_job_get(*, job_id: uuid.UUID) -> JobStatus | None:
     """Return the lab run with ``job_id``, or None (unknown id, or not a lab run)."""
     return JobStatus.objects.filter(pk=job_id, kind=LAB_JOB_KIND).first()
-
-
-def course_outline() -> list[tuple[Area, list[tuple[Lesson, bool]]]]:
-    """Return the lessons by area, each with whether its lab is built."""
-    return [
-        (area, [(lesson, lesson.slug in LABS) for lesson in lessons])
-        for area, lessons in lessons_by_area()
-    ]
 
 
 @dataclass(frozen=True)
@@ -130,8 +121,7 @@ class RunRow:
 
 def lab_runs_recent(*, slug: str, visitor: str, limit: int = 10) -> list[RunRow]:
     """Return the visitor's latest runs of ``slug``, newest first."""
-    lab = LABS.get(slug)
-    defaults = lab.defaults() if lab is not None else {}
+    defaults = lab_get(slug).defaults()
     runs = list(
         LabRun.objects.filter(visitor=visitor, slug=slug)
         .select_related("job")

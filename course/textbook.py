@@ -40,7 +40,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
 from course.labs.harness.base import Cell, Lab, LabError, Params, Table, Tables
-from course.labs.registry import lab_find
+from course.labs.registry import lab_get
 
 CONTENT_DIR = Path(__file__).resolve().parent / "content"
 DIAGRAM_DIR = Path(__file__).resolve().parent / "static" / "course" / "diagrams"
@@ -179,9 +179,7 @@ class LessonText:
 @lru_cache(maxsize=32)
 def default_tables(slug: str) -> Tables:
     """Return the lab's model tables with the default parameters (deterministic)."""
-    lab = lab_find(slug)
-    if lab is None:
-        return {}
+    lab = lab_get(slug)
     return model_tables(lab, lab.defaults())
 
 
@@ -192,9 +190,7 @@ def changed_tables(slug: str, changes: str) -> Tables:
     ``changes`` is ``name=value,name=value`` as a placeholder writes it, a list's
     values joined by ``;``. Raise KeyError naming what does not parse.
     """
-    lab = lab_find(slug)
-    if lab is None:
-        raise KeyError("the lesson has no lab")
+    lab = lab_get(slug)
     overrides: dict[str, str] = {}
     for part in changes.split(","):
         name, sep, text = part.strip().partition("=")
@@ -208,7 +204,7 @@ def changed_tables(slug: str, changes: str) -> Tables:
     return model_tables(lab, params)
 
 
-def model_tables(lab: Lab, params: Params) -> Tables:
+def model_tables(lab: Lab[Any], params: Params) -> Tables:
     """Return the model's tables for ``params``, from the disk cache when it has them.
 
     A model's result depends only on its parameters and on the labs' code, so it is
@@ -331,7 +327,7 @@ def _breakdown(raw: object, table: str, row: str) -> Breakdown | None:
 
 
 def _predict(
-    meta: dict[str, Any], tables: Tables, lab: Lab | None, problems: list[str]
+    meta: dict[str, Any], tables: Tables, lab: Lab[Any], problems: list[str]
 ) -> Predict | None:
     raw = meta.get("predict")
     if not isinstance(raw, dict):
@@ -444,7 +440,7 @@ _MD = _markdown()
 
 
 def placeholders_fill(
-    body: str, tables: Tables, lab: Lab | None, problems: list[str]
+    body: str, tables: Tables, lab: Lab[Any], problems: list[str]
 ) -> str:
     """Fill in the model's values for ``{{table[row].column}}`` (with ``@changes``:
     from a model run with those parameters) and ``{{param:x}}``."""
@@ -454,8 +450,6 @@ def placeholders_fill(
         try:
             source = tables
             if changes:
-                if lab is None:
-                    raise KeyError("the lesson has no lab")
                 source = changed_tables(lab.slug, changes.strip())
             return cell_text(table_cell(source, name, row.strip(), column))
         except KeyError as error:
@@ -464,9 +458,6 @@ def placeholders_fill(
 
     def param(match: re.Match[str]) -> str:
         name = match.group(1)
-        if lab is None:
-            problems.append(f"{match.group(0)}: the lesson has no lab")
-            return "?"
         try:
             default = lab.param(name).default
         except Exception:
@@ -666,7 +657,7 @@ def _live_map(raw: object, part: str) -> dict[str, dict[str, str]]:
 
 def _load(slug: str, text: str) -> LessonText:
     meta, body = _split(text, slug)
-    lab = lab_find(slug)
+    lab = lab_get(slug)
     tables = default_tables(slug)
     problems: list[str] = []
     filled = placeholders_fill(body.replace(SITE, _SITE_MARK), tables, lab, problems)

@@ -22,7 +22,7 @@ from course.compare import (
 )
 from course.forms import LabForm
 from course.labs.harness.base import Lab
-from course.labs.registry import lab_find
+from course.labs.registry import lab_get
 from course.lessons import Lesson, lesson_get
 from course.pages import (
     code_links,
@@ -132,7 +132,7 @@ def _requester(request: HttpRequest) -> Requester:
     )
 
 
-def _run_of(request: HttpRequest, lab: Lab, raw_id: str) -> JobStatus | None:
+def _run_of(request: HttpRequest, lab: Lab[Any], raw_id: str) -> JobStatus | None:
     """Return the run of ``lab`` with id ``raw_id`` if this request may read it.
 
     None when the id is malformed, names no run of this lab, or the run is someone
@@ -151,7 +151,7 @@ def _run_of(request: HttpRequest, lab: Lab, raw_id: str) -> JobStatus | None:
 def _render_lesson(
     request: HttpRequest,
     lesson: Lesson,
-    lab: Lab | None,
+    lab: Lab[Any],
     form: LabForm | None,
     *,
     status: int = 200,
@@ -167,7 +167,7 @@ def _render_lesson(
     explained = None
     raw_job = request.GET.get("job")
     stored: dict[str, Any] | None = None
-    if lab is not None and raw_job:
+    if raw_job:
         job = _run_of(request, lab, raw_job)
         if job is not None:
             stored = job.params if isinstance(job.params, dict) else {}
@@ -178,35 +178,27 @@ def _render_lesson(
         else:
             job_missing = True
     predict = predict_state(lab=lab, query=request.GET.dict(), stored=stored)
-    if lab is not None and (form is None or not form.is_bound):
+    if form is None or not form.is_bound:
         # The form shows the run's parameters and the learner's prediction.
         initial = _initial(lab, stored)
         if predict.value is not None:
             initial[LabForm.PREDICTION_FIELD] = predict.value_text
         form = _lab_form(request, lab, text, initial=initial)
-    lab_config = None
-    if lab is not None:
-        lab_config = {
-            "slug": lab.slug,
-            "runUrl": reverse("course-lab-run", args=[lab.slug]),
-            "statusUrl": reverse("jobstatus-status", args=[uuid.UUID(int=0)]),
-            "explainUrl": reverse(
-                "course-run-explained", args=[lab.slug, uuid.UUID(int=0)]
-            )
-            + share.get("query", ""),
-            # The defaults, so the page can say when a prediction is for others.
-            "defaults": {p.name: p.text(p.default) for p in lab.params},
-            "charts": [chart.as_json() for chart in lab.charts],
-            "transcripts": list(lab.transcripts),
-            "job": job_payload,
-        }
+    lab_config = {
+        "slug": lab.slug,
+        "runUrl": reverse("course-lab-run", args=[lab.slug]),
+        "statusUrl": reverse("jobstatus-status", args=[uuid.UUID(int=0)]),
+        "explainUrl": reverse("course-run-explained", args=[lab.slug, uuid.UUID(int=0)])
+        + share.get("query", ""),
+        # The defaults, so the page can say when a prediction is for others.
+        "defaults": {p.name: p.text(p.default) for p in lab.params},
+        "charts": [chart.as_json() for chart in lab.charts],
+        "transcripts": list(lab.transcripts),
+        "job": job_payload,
+    }
     progress = _progress_on(request, lesson.slug)
     visitor = visitor_of(request)
-    runs = (
-        lab_runs_recent(slug=lab.slug, visitor=visitor)
-        if lab is not None and visitor
-        else []
-    )
+    runs = lab_runs_recent(slug=lab.slug, visitor=visitor) if visitor else []
     response = render(
         request,
         "course/lesson.html",
@@ -214,7 +206,6 @@ def _render_lesson(
             "lesson": lesson,
             "text": text,
             "lab": lab,
-            "has_live": lab is not None and lab.live is not None,
             "form": form,
             "lab_config": lab_config,
             "job_missing": job_missing,
@@ -243,7 +234,7 @@ def lesson_page(
 ) -> HttpResponse:
     """The lesson page as ``course_lesson`` renders it, with another status (a form
     elsewhere on the page was refused, its reason shown beside it)."""
-    return _render_lesson(request, lesson, lab_find(lesson.slug), None, status=status)
+    return _render_lesson(request, lesson, lab_get(lesson.slug), None, status=status)
 
 
 def _share_links(
@@ -266,7 +257,7 @@ def _share_links(
 
 def _lab_form(
     request: HttpRequest,
-    lab: Lab,
+    lab: Lab[Any],
     text: LessonText | None,
     **kwargs: Any,
 ) -> LabForm:
@@ -276,14 +267,14 @@ def _lab_form(
     )
 
 
-def _initial(lab: Lab, stored: object) -> dict[str, object]:
+def _initial(lab: Lab[Any], stored: object) -> dict[str, object]:
     values = stored if isinstance(stored, dict) else {}
     initial: dict[str, object] = {}
     for param in lab.params:
         if param.name in values:
             value = values[param.name]
             initial[param.name] = param.text(value) if value is not None else ""
-    if lab.live is not None and values.get(LIVE_KEY) is True:
+    if values.get(LIVE_KEY) is True:
         initial[LabForm.LIVE_FIELD] = True
     return initial
 
@@ -302,7 +293,7 @@ def _live_refusal(request: HttpRequest) -> str:
 def course_lesson(request: HttpRequest, slug: str) -> HttpResponse:
     lesson = _lesson_or_404(slug)
     # The form is made by _render_lesson: it holds a run's values and prediction.
-    return _render_lesson(request, lesson, lab_find(slug), None)
+    return _render_lesson(request, lesson, lab_get(slug), None)
 
 
 # How each refusal reaches the client: status, and whether a retry later helps.
@@ -310,6 +301,7 @@ _REFUSAL_STATUS = {
     RefusalKind.NEEDS_ACCOUNT: 403,
     RefusalKind.WITHDRAWN: 403,
     RefusalKind.TOO_HEAVY: 400,
+    RefusalKind.MODEL_ONLY: 400,
     RefusalKind.BUSY: 429,
     RefusalKind.HOURLY: 429,
     RefusalKind.QUEUE_FULL: 503,
@@ -320,9 +312,7 @@ _REFUSAL_STATUS = {
 def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
     """Validate the parameters, ask for the run, answer where to follow it."""
     lesson = _lesson_or_404(slug)
-    lab = lab_find(slug)
-    if lab is None:
-        raise Http404("This lesson's lab is not built yet")
+    lab = lab_get(slug)
     form = _lab_form(request, lab, lesson_text(slug), data=request.POST)
     if not form.is_valid():
         # Asking for the live part without the right to is forbidden, not malformed.
@@ -349,7 +339,11 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _refused(
-    request: HttpRequest, lesson: Lesson, lab: Lab, form: LabForm, refused: LabRefused
+    request: HttpRequest,
+    lesson: Lesson,
+    lab: Lab[Any],
+    form: LabForm,
+    refused: LabRefused,
 ) -> HttpResponse:
     """Answer a refusal: why, and when a retry helps (Retry-After)."""
     refusal = refused.refusal
@@ -371,7 +365,7 @@ def _refused(
 
 
 def _offered(
-    request: HttpRequest, lesson: Lesson, lab: Lab, form: LabForm, asked: Asked
+    request: HttpRequest, lesson: Lesson, lab: Lab[Any], form: LabForm, asked: Asked
 ) -> HttpResponse:
     """Offer an identical live run that finished lately, instead of a new one."""
     offer = asked.offer
@@ -452,9 +446,9 @@ def course_run_explained(
 ) -> HttpResponse:
     """The interpretation of one finished run, as a fragment the lesson page inserts."""
     lesson = _lesson_or_404(slug)
-    lab = lab_find(lesson.slug)
-    job = _run_of(request, lab, str(job_id)) if lab is not None else None
-    if lab is None or job is None:
+    lab = lab_get(lesson.slug)
+    job = _run_of(request, lab, str(job_id))
+    if job is None:
         raise Http404("No such run of this lab")
     explained = run_explain(lab=lab, text=lesson_text(slug), job=job)
     if explained is None:
@@ -472,9 +466,7 @@ def course_run_explained(
 def course_runs_compared(request: HttpRequest, slug: str) -> HttpResponse:
     """Two runs of the lesson's lab side by side: parameters, tables and charts."""
     lesson = _lesson_or_404(slug)
-    lab = lab_find(slug)
-    if lab is None:
-        raise Http404("This lesson's lab is not built yet")
+    lab = lab_get(slug)
     jobs = [
         job for raw in request.GET.getlist("run") if (job := _run_of(request, lab, raw))
     ]

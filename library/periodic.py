@@ -23,7 +23,7 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
     PeriodicTask(
         # Each month's report is its own output: make up the last three at most.
         name="monthly_loan_report",
-        func="library.report.start.monthly_loan_report_start",
+        func="library.report.start.monthly_report_start_for_slot",
         recurrence=Monthly(day=1, hour=2, minute=0, month_end=MonthEnd.CLAMP),
         catch_up=CatchUp.CATCH_UP,
         catch_up_limit=3,

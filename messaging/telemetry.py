@@ -32,16 +32,16 @@ from jobs.series import (
 )
 from messaging.models import DeadLetter, Delivery
 from messaging.registry import SUBSCRIPTIONS
-from messaging.selectors.overview import deadletter_open_count, outbox_lag
+from messaging.selectors.overview import dead_letter_open_count, outbox_lag
 from messaging.selectors.throughput import (
-    deadletters_per_minute,
+    dead_letters_per_minute,
     deliveries_done_per_minute,
     subscription_backlog,
 )
 
 __all__ = [
-    "DEADLETTERS_NEW",
-    "DEADLETTERS_OPEN",
+    "DEAD_LETTERS_NEW",
+    "DEAD_LETTERS_OPEN",
     "DELIVERIES_DONE",
     "DELIVERIES_DUE",
     "OUTBOX_LAG",
@@ -84,7 +84,7 @@ DELIVERIES_DONE: Final = SeriesSpec(
     kind=Kind.TALLY,
     description="Deliveries done, by the minute their effect committed.",
 )
-DEADLETTERS_NEW: Final = SeriesSpec(
+DEAD_LETTERS_NEW: Final = SeriesSpec(
     name="deadletters.new",
     title="Dead letters per hour",
     unit="letters",
@@ -92,7 +92,7 @@ DEADLETTERS_NEW: Final = SeriesSpec(
     per_minutes=60,
     description="Deliveries that used up their attempts, per subscription.",
 )
-DEADLETTERS_OPEN: Final = SeriesSpec(
+DEAD_LETTERS_OPEN: Final = SeriesSpec(
     name="deadletters.open",
     title="Open dead letters",
     unit="letters",
@@ -117,7 +117,7 @@ def _sample(now: datetime.datetime) -> Iterator[Sample]:
         yield Sample(OUTBOX_LAG.name, label, age.total_seconds() if age else 0.0)
     for backlog in subscription_backlog(now=now):
         yield Sample(DELIVERIES_DUE.name, backlog.name, backlog.due)
-    yield Sample(DEADLETTERS_OPEN.name, "all", deadletter_open_count())
+    yield Sample(DEAD_LETTERS_OPEN.name, "all", dead_letter_open_count())
 
     current = int(now.timestamp() // 60)
     first = current - TALLY_MINUTES + 1
@@ -125,7 +125,7 @@ def _sample(now: datetime.datetime) -> Iterator[Sample]:
     end = datetime.datetime.fromtimestamp((current + 1) * 60, tz=datetime.UTC)
     for spec, counted in (
         (DELIVERIES_DONE, deliveries_done_per_minute(start=start, end=end)),
-        (DEADLETTERS_NEW, deadletters_per_minute(start=start, end=end)),
+        (DEAD_LETTERS_NEW, dead_letters_per_minute(start=start, end=end)),
     ):
         names = _subscriptions(counted)
         for minute in range(first, current + 1):
@@ -212,8 +212,8 @@ def telemetry_register() -> None:
         OUTBOX_UNRELAYED,
         DELIVERIES_DUE,
         DELIVERIES_DONE,
-        DEADLETTERS_NEW,
-        DEADLETTERS_OPEN,
+        DEAD_LETTERS_NEW,
+        DEAD_LETTERS_OPEN,
     )
     sampler_register("messaging", _sample)
     exposition_register("messaging", _families)

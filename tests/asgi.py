@@ -6,7 +6,7 @@ from typing import Any
 
 from channels.testing import WebsocketCommunicator
 
-from tests.processes import WAIT_DEADLINE_S
+from config.processes import WAIT_S
 
 
 def http_scope(
@@ -53,16 +53,14 @@ class Socket(WebsocketCommunicator):  # type: ignore[misc]  # channels has no ty
             headers.insert(0, (b"host", b"127.0.0.1"))
         super().__init__(application, path, headers=headers, **kw)
 
-    async def connect(self, timeout: float = WAIT_DEADLINE_S) -> Any:
+    async def connect(self, timeout: float = WAIT_S) -> Any:
         return await super().connect(timeout)
 
-    async def receive_from(self, timeout: float = WAIT_DEADLINE_S) -> Any:
+    async def receive_from(self, timeout: float = WAIT_S) -> Any:
         return await super().receive_from(timeout)
 
-    async def receive_json_from(self, timeout: float = WAIT_DEADLINE_S) -> Any:
+    async def receive_json_from(self, timeout: float = WAIT_S) -> Any:
         return await super().receive_json_from(timeout)
 
-    async def disconnect(
-        self, code: int = 1000, timeout: float = WAIT_DEADLINE_S
-    ) -> None:
+    async def disconnect(self, code: int = 1000, timeout: float = WAIT_S) -> None:
         await super().disconnect(code, timeout)

@@ -1,4 +1,4 @@
-"""The staff accounts tests sign in with through the real login form."""
+"""The accounts tests sign in with through the real login form."""
 
 from __future__ import annotations
 
@@ -9,6 +9,17 @@ from library.permissions import ISSUE_LOAN, permission_get
 
 # Long enough for the password validators; the hasher is the tests' cheap one.
 DESK_PASSWORD = "correct-horse-battery"
+
+
+def account(username: str, *, staff: bool = False) -> User:
+    """Create a user who signs in with ``DESK_PASSWORD``.
+
+    Staff are superusers, as the seed's desk account, so the admin opens fully.
+    """
+    user: User = get_user_model().objects.create_user(
+        username=username, password=DESK_PASSWORD, is_staff=staff, is_superuser=staff
+    )
+    return user
 
 
 def desk_user(username: str = "desk", *permissions: str) -> User:

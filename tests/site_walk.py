@@ -193,8 +193,8 @@ def _values(library: SmallLibrary, url_name: str) -> dict[str, str]:
         "scheduler_name": "none",
         "cron_job_name": "none",
         "key": "none",
-        "uidb36": "1",
-        "challenge_id": "none",  # a lesson's challenge: an unknown one is a 404  # allauth's password-reset link: a user id in base 36
+        "uidb36": "1",  # allauth's password-reset link: a user id in base 36
+        "challenge_id": "none",  # a lesson's challenge: an unknown one is a 404
         "result_id": "none",
         "token": "none",
     }

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from config.processes import free_port, start_daphne, start_manage, stop
 from tests.browser import LAYOUT_SHIFT, axe_violations, needs_axe, needs_chromium
-from tests.processes import free_port, start_daphne, start_manage, stop
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes, needs_chromium]
 PASSWORD = "pw-operator-a11y-1"

@@ -61,7 +61,17 @@ import websockets
 from django.db import connection
 from websockets.typing import Origin
 
-from course.instruments.processes import kill_group
+from config.processes import (
+    ROOT,
+    child_environment,
+    free_port,
+    kill,
+    start_daphne,
+    start_manage,
+    stop,
+    wait_listening,
+    wait_until,
+)
 from library.models import Book, Branch, Loan, Member
 from library.selectors.stock import branch_stock_state
 from library.services import loan_issue
@@ -69,16 +79,6 @@ from messaging.models import OutboxMessage
 from realtime import broadcast
 from realtime.sse import BRANCH_TYPES
 from tests.people import DESK_PASSWORD, desk_user
-from tests.processes import (
-    ROOT,
-    child_env,
-    free_port,
-    start_daphne,
-    start_manage,
-    stop,
-    wait_for_port,
-    wait_until,
-)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -133,14 +133,14 @@ def start_haproxy(
             stdout=output,
             stderr=subprocess.STDOUT,
         )
-    wait_for_port(port, process)
+    wait_listening(port, process)
     return process
 
 
 def finish(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL whatever is left of its session (rq's work-horses)."""
     stop(process)
-    kill_group(process)
+    kill(process)
 
 
 # --- clients ---------------------------------------------------------------------
@@ -414,7 +414,7 @@ def test_a_sigkilled_daphne_loses_and_doubles_no_live_update(library, tmp_path):
     names = [f"d{n}" for n in range(1, 4)]  # HAProxy's server names (X-Served-By)
     balancer_port = free_port()
     base = f"http://127.0.0.1:{balancer_port}"
-    env = {**child_env(), "LOG_LEVEL": "WARNING"}
+    env = {**child_environment(), "LOG_LEVEL": "WARNING"}
     processes: list[subprocess.Popen[bytes]] = []
     clients: ClientLoop | None = None
     try:

@@ -60,7 +60,7 @@ HOSTILE: dict[str, list[str]] = {
 
 # Parameters views read that no page offers as a form field or link, per route:
 # (route name, method, fields with the values to send beside the fuzzed one). A
-# value "{deadletter}" is the small library's open dead letter.
+# value "{dead_letter}" is the small library's open dead letter.
 DECLARED: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("jobstatus-status", "GET", {"version": ""}),
     ("realtime/jobs/<uuid:job_id>/status", "GET", {"version": ""}),
@@ -88,14 +88,14 @@ DECLARED: tuple[tuple[str, str, dict[str, str]], ...] = (
     (
         "admin:messaging_deadletter_changelist",
         "POST",
-        {"action": "redrive", "_selected_action": "{deadletter}", "post": "yes"},
+        {"action": "redrive", "_selected_action": "{dead_letter}", "post": "yes"},
     ),
     (
         "admin:messaging_deadletter_changelist",
         "POST",
         {
             "action": "discard",
-            "_selected_action": "{deadletter}",
+            "_selected_action": "{dead_letter}",
             "post": "yes",
             "reason": "fuzz",
         },
@@ -244,7 +244,7 @@ def discover(library: SmallLibrary, client: Client) -> list[Target]:
     paths = {route.name: route.path for route in walked}
     letter = str(library.dead_letter.pk)
     for name, method, fields in DECLARED:
-        offered = tuple((n, v.format(deadletter=letter)) for n, v in fields.items())
+        offered = tuple((n, v.format(dead_letter=letter)) for n, v in fields.items())
         add(Target(method, paths[name], offered, "declared"))
     for route in walked:
         response = _fetched(client, route.path)

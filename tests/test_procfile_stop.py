@@ -23,7 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, child_env, free_port, wait_for_port, wait_until
+from config.processes import (
+    ROOT,
+    child_environment,
+    free_port,
+    wait_listening,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -35,7 +41,7 @@ class Run:
 
     def __init__(self, *arguments: str, port: int | None = None) -> None:
         env = {
-            **child_env(),
+            **child_environment(),
             "HOST": "127.0.0.1",
             "PORT": str(port or free_port()),
             # The Procfile says "python": the Makefile puts the venv first on PATH.
@@ -107,7 +113,7 @@ def alive(pid: int) -> bool:
 
 def started(run: Run, port: int) -> None:
     """Wait until daphne listens and the workers and the scheduler are running."""
-    wait_for_port(port, run.process, timeout=60)
+    wait_listening(port, run.process, timeout=60)
     wait_until(lambda: run.said(r"worker\.1 .*Listening on"), "the rq worker")
     wait_until(lambda: run.said(r"labs\.1 .*lab worker"), "the lab worker")
     wait_until(lambda: run.said(r"scheduler\.1 started"), "the scheduler")

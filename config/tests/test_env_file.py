@@ -178,7 +178,7 @@ def test_a_test_run_reads_no_env_file_and_its_children_neither(tmp_path):
     assert shown["channels"] == "channels_redis.core.RedisChannelLayer"
     assert shown["secret"] != "from-the-developers-env-file"
     # Inherited by the processes the tests start
-    # (course.instruments.processes.child_environment).
+    # (config.processes.child_environment).
     assert shown["env_file"] == ""
     # This very run has turned it off too.
     assert os.environ["LIBRARY_ENV_FILE"] == ""

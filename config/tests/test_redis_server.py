@@ -17,6 +17,7 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 from rq.job import Job, JobStatus
 
+from config.processes import wait_until
 from config.redis_server import (
     choose_redis,
     embedded_socket_path,
@@ -25,7 +26,6 @@ from config.redis_server import (
     stop_embedded,
     with_db,
 )
-from tests.processes import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,6 +11,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from course.challenges.expr import (
     Context,
@@ -59,7 +60,7 @@ class Best:
 
 
 def challenge_params(
-    challenge: Challenge, lab: Lab, submitted: Mapping[str, str]
+    challenge: Challenge, lab: Lab[Any], submitted: Mapping[str, str]
 ) -> Params:
     """Return the run a params answer asks for: the lab's defaults, the challenge's
     settings, and the learner's values of the parameters it lets them change.
@@ -93,7 +94,7 @@ def challenge_params(
     return params
 
 
-def run_context(lab: Lab | None, params: Params, runner: Runner) -> Context:
+def run_context(lab: Lab[Any] | None, params: Params, runner: Runner) -> Context:
     """Return one run of the model as expressions see it, able to run again with
     some parameters changed (``cell@name=value``)."""
 
@@ -135,7 +136,7 @@ def _better(direction: str, value: float, than: float) -> bool:
 
 def params_verdict(
     challenge: Challenge,
-    lab: Lab,
+    lab: Lab[Any],
     params: Params,
     runner: Runner,
     best: Callable[[], Best | None],
@@ -198,7 +199,7 @@ def search_size(challenge: Challenge) -> int:
     return math.prod(len(values) for values in challenge.search.values())
 
 
-def search_best(challenge: Challenge, lab: Lab, runner: Runner) -> Best | None:
+def search_best(challenge: Challenge, lab: Lab[Any], runner: Runner) -> Best | None:
     """Run every choice of the search; return the best objective among those that
     reach the goal (None when none does). Choices the lab refuses are skipped."""
     if challenge.objective is None:
@@ -237,7 +238,7 @@ def number_parse(text: str) -> float:
     return number
 
 
-def number_target(challenge: Challenge, lab: Lab | None, runner: Runner) -> float:
+def number_target(challenge: Challenge, lab: Lab[Any] | None, runner: Runner) -> float:
     """Return the figure a number challenge's answer is compared with."""
     assert challenge.value is not None
     params = lab.resolve(challenge.settings) if lab is not None else {}

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
@@ -30,7 +31,7 @@ from course.challenges.checker import (
 from course.challenges.expr import ExprError, number_text
 from course.challenges.spec import Challenge, lesson_challenges, lesson_mtime
 from course.labs.harness.base import Lab, LabError, Params, Tables
-from course.labs.registry import lab_find
+from course.labs.registry import lab_get
 from course.textbook import default_tables, model_tables
 from course.textbook import placeholders_fill as _fill
 
@@ -39,8 +40,8 @@ class ChallengeUnavailable(Exception):
     """The lesson's lab is gone or the challenge no longer checks (an author's bug)."""
 
 
-def _lab(challenge: Challenge) -> Lab:
-    lab = lab_find(challenge.slug)
+def _lab(challenge: Challenge) -> Lab[Any]:
+    lab = lab_get(challenge.slug)
     if lab is None:
         raise ChallengeUnavailable(f"{challenge.slug} has no lab")
     return lab
@@ -50,33 +51,31 @@ def _lab(challenge: Challenge) -> Lab:
 class ModelRunner:
     """The lab's model as a checker's runner: its runs cached on disk."""
 
-    lab: Lab
+    lab: Lab[Any]
 
     def __call__(self, params: Params) -> Tables:
         return model_tables(self.lab, params)
 
 
-def model_runner(lab: Lab) -> ModelRunner:
+def model_runner(lab: Lab[Any]) -> ModelRunner:
     return ModelRunner(lab)
 
 
 _PARAM = re.compile(r"\{\{\s*param:([a-z0-9_]+)\s*\}\}")
 
 
-def fill(
-    text: str, tables: Tables, lab: Lab | None, params: Params | None = None
-) -> str:
+def fill(text: str, tables: Tables, lab: Lab[Any], params: Params | None = None) -> str:
     """Fill a challenge text's placeholders from ``tables`` and, for
     ``{{param:x}}``, from ``params`` (the run checked) when given. Problems are
     dropped: ``lesson_check`` reports them."""
     if not text:
         return ""
-    if params is not None and lab is not None:
+    if params is not None:
         text = params_fill(text, lab, params)
     return _fill(text, tables, lab, [])
 
 
-def params_fill(text: str, lab: Lab, params: Params) -> str:
+def params_fill(text: str, lab: Lab[Any], params: Params) -> str:
     """Put the values of ``params`` in for ``{{param:x}}`` (others left as they are)."""
     return _PARAM.sub(
         lambda m: (
@@ -177,7 +176,7 @@ def _tolerance_text(challenge: Challenge) -> str:
 
 def challenge_text(challenge: Challenge) -> ChallengeText:
     """Return what the page shows of ``challenge`` (the lesson's default tables)."""
-    lab = lab_find(challenge.slug)
+    lab = lab_get(challenge.slug)
     tables = default_tables(challenge.slug)
     fields: list[tuple[str, str, str]] = []
     if challenge.kind == "number":

@@ -11,6 +11,7 @@ challenge's own answer.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from course.challenges.checker import (
     COST_LIMIT,
@@ -31,7 +32,7 @@ from course.challenges.grading import (
 )
 from course.challenges.spec import SEARCH_LIMIT, Challenge, lesson_challenges
 from course.labs.harness.base import Lab, LabError, Tables
-from course.labs.registry import lab_find
+from course.labs.registry import lab_get
 from course.lessons import lesson_get
 from course.policies import run_cost
 from course.textbook import (
@@ -57,7 +58,7 @@ def _check(challenge: Challenge, answer: dict[str, str]) -> Verdict | str:
         return str(error)
 
 
-def _references(challenge: Challenge, lab: Lab) -> list[str]:
+def _references(challenge: Challenge, lab: Lab[Any]) -> list[str]:
     problems: list[str] = []
     names = {param.name for param in lab.params}
     for what, used in (
@@ -109,7 +110,7 @@ def _references(challenge: Challenge, lab: Lab) -> list[str]:
     return problems
 
 
-def _params_proof(challenge: Challenge, lab: Lab) -> list[str]:
+def _params_proof(challenge: Challenge, lab: Lab[Any]) -> list[str]:
     problems: list[str] = []
     right = _check(challenge, challenge.solution)
     if isinstance(right, str):
@@ -157,7 +158,7 @@ def _params_proof(challenge: Challenge, lab: Lab) -> list[str]:
     return problems
 
 
-def _settings_refused(challenge: Challenge, lab: Lab) -> bool:
+def _settings_refused(challenge: Challenge, lab: Lab[Any]) -> bool:
     try:
         lab.resolve(challenge.settings)
     except LabError:
@@ -165,7 +166,7 @@ def _settings_refused(challenge: Challenge, lab: Lab) -> bool:
     return False
 
 
-def _affordable(challenge: Challenge, lab: Lab, choice: dict[str, str]) -> bool:
+def _affordable(challenge: Challenge, lab: Lab[Any], choice: dict[str, str]) -> bool:
     try:
         params = lab.resolve({**challenge.settings, **choice})
     except LabError:
@@ -173,7 +174,7 @@ def _affordable(challenge: Challenge, lab: Lab, choice: dict[str, str]) -> bool:
     return run_cost(lab, params) <= COST_LIMIT
 
 
-def _number_proof(challenge: Challenge, lab: Lab) -> list[str]:
+def _number_proof(challenge: Challenge, lab: Lab[Any]) -> list[str]:
     problems: list[str] = []
     assert challenge.answer is not None
     assert challenge.wrong_answer is not None
@@ -209,7 +210,7 @@ def _predicted(text: LessonText | None, tables: Tables) -> str:
 
 
 def _texts(
-    challenge: Challenge, lab: Lab, tables: Tables
+    challenge: Challenge, lab: Lab[Any], tables: Tables
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """Fill every text of the challenge; return the problems and what a learner
     reads before solving (where, text)."""
@@ -245,7 +246,7 @@ def _texts(
 
 
 def _giveaways(
-    challenge: Challenge, lab: Lab, shown: list[tuple[str, str]], predicted: str
+    challenge: Challenge, lab: Lab[Any], shown: list[tuple[str, str]], predicted: str
 ) -> list[str]:
     problems: list[str] = []
     figures = []
@@ -274,7 +275,7 @@ def _whole(value: float) -> int | float:
 
 def challenge_problems(slug: str, text: LessonText | None) -> list[str]:
     """Return every problem of the lesson's challenges ([] when all are proven)."""
-    lab = lab_find(slug)
+    lab = lab_get(slug)
     challenges = lesson_challenges(slug)
     if lab is None:
         return [

@@ -37,6 +37,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from config.processes import ROOT, child_environment, manage_command
 from course.drills.catalogue import Drill
 from course.drills.selectors import (
     drill_open_of,
@@ -46,7 +47,6 @@ from course.drills.selectors import (
 from course.drills.signin import pass_digest
 from course.drills.state import DRILL_KIND, drill_result, process_start
 from course.drills.supervisor import log_path
-from course.instruments.processes import ROOT, child_environment, manage_command
 from course.sandbox import sandbox_sweep
 from course.services.labqueue import Requester, client_digest, requester_limits
 from jobs.models import JobStatus

@@ -49,6 +49,7 @@ from django.db import close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
+from config.processes import ROOT, manage_command
 from course.drills.catalogue import Drill, drill_get
 from course.drills.state import (
     DRILL_KIND,
@@ -58,7 +59,6 @@ from course.drills.state import (
     drill_requests,
     process_start,
 )
-from course.instruments.processes import ROOT, manage_command
 from course.sandbox import Sandbox, SandboxError, sandbox_create, sandbox_remove
 from jobs.models import JobStatus
 from jobs.services import jobstatus_claim, jobstatus_leases_renew

@@ -1,2 +1,3 @@
 """Instruments only the course needs: probes, fault injection, lab-only views and
-routes, the raw WebSocket client and the process helpers of the live labs."""
+routes, and the raw WebSocket client. (Starting and stopping processes is the
+project's toolkit, ``config.processes``.)"""

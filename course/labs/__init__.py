@@ -1,23 +1,31 @@
 """The lessons' experiments: one package per lab, the shared harness, the registry.
 
-Every lab is a package ``course/labs/<name>/``. Its ``__init__`` is the lab's
-definition: a docstring saying what it measures, and ``LAB = Lab(...)`` with the
-parameters, the tables and the two runs. The large labs split the runs out as most
-packages do: ``model.py`` (the lesson's experiment, self-contained) and ``live.py``
-(the same question asked of the real application), plus helpers named for what
-they hold.
+Every lab is the package named after its lesson's slug (``-`` becomes ``_``):
+``course/labs/hot_key_and_stampede_effect/`` for ``hot-key-and-stampede-effect``.
+Each has the same shape:
 
-The ``__init__`` imports them as modules (``from course.labs.<lab> import live,
-model``, then ``model=model.model``), so ``course.labs.<lab>.model`` is always the
-submodule, never a function of the same name that shadows it.
+- ``__init__.py``: the definition. A docstring saying what the lab measures, and
+  ``LAB = Lab(...)`` with its parameters, charts and two parts.
+- ``params.py``: ``PARAMS``, the parameters as the form and ``lab --set`` take them,
+  and a frozen dataclass with one typed field per parameter, which both parts read
+  (``params.requests``, never a name looked up in a dict). ``Lab`` checks at import
+  that the two agree.
+- ``model.py``: ``model(params, progress) -> Tables``, the lesson's experiment on
+  its own throwaway data.
+- ``live.py``: ``LIVE = LivePart(check, measure, tables)``, the same question asked
+  of the real application. ``check(params)`` names what only the model can run
+  (the form and the request for a run ask it before anything starts),
+  ``measure(params, progress)`` starts what it needs through the harness and
+  returns the raw figures as a dataclass, and ``tables(params, measurement)``
+  builds the ``live_*`` tables from them without touching anything.
+
+plus helpers named for what they hold. The ``__init__`` imports its parts as
+modules (``from course.labs.<lab> import live, model``, then ``model=model.model``),
+so ``course.labs.<lab>.model`` is always the submodule, never a function of the
+same name that shadows it.
 
 - ``harness/``: what every lab is built from and runs on (definitions, the course's
-  number semantics, the data set, the live-run sandbox and its helpers). It imports
-  no lab.
-- ``registry``: the labs keyed by lesson slug; it imports every lab, so it sits
-  above them.
-
-The two labs whose names match a system module carry a suffix, so that
-``course.labs.backpressure_lab`` is never taken for ``jobs.backpressure`` and
-``course.labs.load_shedding_lab`` never for the shedding policy.
+  number semantics, the data set, the live-run helpers). It imports no lab.
+- ``registry``: the labs keyed by lesson slug, each imported by its name; a lesson
+  without its package fails the registry at import. It sits above every lab.
 """

@@ -1,91 +1,52 @@
-"""The labs, keyed by lesson slug: a fixed, typed list checked at import.
+"""The labs, keyed by lesson slug: each lesson's lab found by name, checked at import.
 
-Adding a lab: write the package ``course/labs/<name>/`` whose ``__init__`` exposes
-``LAB = Lab(...)`` and add it to ``_ALL`` below. The check underneath refuses a slug
-that is not a lesson of the course.
+Every lesson has a lab, in the package named after its slug (``-`` becomes ``_``):
+``hot-key-and-stampede-effect`` is ``course/labs/hot_key_and_stampede_effect/``, whose
+``__init__`` exposes ``LAB = Lab(...)``. Adding a lesson without its lab, or a lab
+whose slug is not its package's lesson, fails here, at import.
 """
 
 from __future__ import annotations
 
-from course.labs import (
-    backpressure_lab,
-    broadcast_channels,
-    cache_key_design,
-    cache_layers,
-    cache_metrics,
-    cache_strategies,
-    dead_letter_queues,
-    delivery_semantics,
-    hot_key,
-    http_caching,
-    invalidation,
-    load_shedding_lab,
-    long_running_jobs,
-    message_queues,
-    ordering,
-    poison_messages,
-    polling_approaches,
-    publish_subscribe,
-    rationale,
-    scheduled_tasks,
-    server_sent_events,
-    streaming_responses,
-    streams_vs_queues,
-    websocket_server,
-    worker_processes,
-)
+import importlib
+from typing import Any
+
 from course.labs.harness.base import Lab, LabError
-from course.lessons import lesson_get
+from course.lessons import LESSONS
 
-_ALL: tuple[Lab, ...] = (
-    cache_layers.LAB,
-    cache_strategies.LAB,
-    invalidation.LAB,
-    cache_key_design.LAB,
-    hot_key.LAB,
-    http_caching.LAB,
-    cache_metrics.LAB,
-    rationale.LAB,
-    message_queues.LAB,
-    publish_subscribe.LAB,
-    streams_vs_queues.LAB,
-    delivery_semantics.LAB,
-    ordering.LAB,
-    dead_letter_queues.LAB,
-    poison_messages.LAB,
-    worker_processes.LAB,
-    scheduled_tasks.LAB,
-    long_running_jobs.LAB,
-    backpressure_lab.LAB,
-    load_shedding_lab.LAB,
-    polling_approaches.LAB,
-    server_sent_events.LAB,
-    websocket_server.LAB,
-    broadcast_channels.LAB,
-    streaming_responses.LAB,
-)
 
-LABS: dict[str, Lab] = {lab.slug: lab for lab in _ALL}
+def package_name(slug: str) -> str:
+    """Return the module that holds the lab of the lesson ``slug``."""
+    return f"course.labs.{slug.replace('-', '_')}"
 
-for _lab in _ALL:
-    if lesson_get(_lab.slug) is None:
-        raise RuntimeError(f"lab {_lab.slug!r} does not belong to any lesson")
-if len(LABS) != len(_ALL):
-    raise RuntimeError("two labs share a slug")
+
+def lab_load(slug: str) -> Lab[Any]:
+    name = package_name(slug)
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as missing:
+        if missing.name != name:
+            raise  # the lab exists and one of its own imports is broken
+        raise RuntimeError(f"lesson {slug!r} has no lab: write {name}") from None
+    lab = getattr(module, "LAB", None)
+    if not isinstance(lab, Lab):
+        raise RuntimeError(f"{name} defines no LAB = Lab(...)")
+    if lab.slug != slug:
+        raise RuntimeError(f"{name} holds the lab {lab.slug!r}, not {slug!r}")
+    return lab
+
+
+LABS: dict[str, Lab[Any]] = {lesson.slug: lab_load(lesson.slug) for lesson in LESSONS}
 
 
 class UnknownLab(LabError):
     pass
 
 
-def lab_get(slug: str) -> Lab:
+def lab_get(slug: str) -> Lab[Any]:
     """Return the lab for ``slug``; raise UnknownLab with a one-line reason."""
     try:
         return LABS[slug]
     except KeyError:
         known = ", ".join(sorted(LABS))
         raise UnknownLab(f"no lab named {slug!r} (labs: {known})") from None
-
-
-def lab_find(slug: str) -> Lab | None:
-    return LABS.get(slug)

@@ -150,7 +150,7 @@ def requester_limits(requester: Requester) -> Limits:
 
 def lab_run_request(
     *,
-    lab: Lab,
+    lab: Lab[Any],
     params: Params,
     requester: Requester,
     live: bool = False,
@@ -159,10 +159,14 @@ def lab_run_request(
 ) -> Asked:
     """Check the request, then join, reuse, offer or queue a run; return the answer.
 
-    Raises ``LabRefused`` with the reason (and when to retry) when a quota, the
-    requester's rights or the queue's capacity forbids it. Nothing is written then.
+    Raises ``LabRefused`` with the reason (and when to retry) when the live part
+    cannot run these values, or a quota, the requester's rights or the queue's
+    capacity forbids it. Nothing is written then.
     """
     checked = lab.validate(params)
+    if live and (reason := lab.live_refusal(checked)):
+        # Now, not in the worker: a run that cannot finish never takes a place.
+        raise LabRefused(Refusal(RefusalKind.MODEL_ONLY, reason))
     fingerprint = run_fingerprint(lab.slug, checked, live=live)
     now = timezone.now()
     leader = (
@@ -227,7 +231,7 @@ def _check(
 
 def _record(
     *,
-    lab: Lab,
+    lab: Lab[Any],
     stored: dict[str, Any],
     requester: Requester,
     live: bool,

@@ -4,17 +4,17 @@ import subprocess
 
 import pytest
 
+from config.processes import (
+    ROOT,
+    child_environment,
+    free_port,
+    manage_command,
+    stop,
+    wait_listening,
+)
 from course.lessons import LESSONS
 from course.tests.labwork import browser_owns
 from tests.browser import needs_chromium
-from tests.processes import (
-    ROOT,
-    child_env,
-    free_port,
-    manage,
-    stop,
-    wait_for_port,
-)
 
 SHOTS = ROOT / "screenshots"
 
@@ -28,19 +28,19 @@ pytestmark = [
 @pytest.fixture
 def live_site(transactional_db, redis_client):
     """A daphne server and a lab worker on the test database; yields the base URL."""
-    env = child_env()
+    env = child_environment()
     port = free_port()
     server = subprocess.Popen(
-        [*manage()[:1], "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+        [*manage_command()[:1], "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
          "config.asgi:application"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     worker = subprocess.Popen(
-        manage("labworker", "--live-slots", "1", "--model-slots", "1"),
+        manage_command("labworker", "--live-slots", "1", "--model-slots", "1"),
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for_port(port, server)
+        wait_listening(port, server)
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(worker)

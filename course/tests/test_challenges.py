@@ -4,6 +4,7 @@ the progress they add to a learner's lesson, index and account pages."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -33,7 +34,16 @@ from course.challenges.grading import challenge_best, challenge_check
 from course.challenges.problems import challenge_problems
 from course.challenges.services import challenges_adopt
 from course.challenges.spec import Challenge, challenge_read, lesson_challenges
-from course.labs.harness.base import Lab, Param, Params, Tables, table
+from course.labs.harness.base import (
+    Lab,
+    LabParams,
+    LivePart,
+    Param,
+    Params,
+    Tables,
+    accepts_all,
+    table,
+)
 from course.lessons import LESSONS
 from course.models import ChallengeProgress
 from course.textbook import lesson_text
@@ -119,15 +129,23 @@ def test_a_number_within_the_tolerance_counts_and_one_outside_does_not():
 # --- the pure parts, with a lab of the tests' own ------------------------------------
 
 
-def _model(params: Params, _progress: Any) -> Tables:
-    n = params["n"]
-    assert isinstance(n, int)
-    sizes = params["sizes"]
-    assert isinstance(sizes, list)
+@dataclass(frozen=True)
+class FakeParams(LabParams):
+    n: int
+    sizes: list[int]
+    mode: str
+
+
+def _model(params: FakeParams, _progress: Any) -> Tables:
+    n, sizes = params.n, params.sizes
     return {
         "t": table(["row", "double", "square"], [["x", 2 * n, n * n], ["y", 1, None]]),
         "s": table(["size", "left"], [[size, 10 - size] for size in sizes]),
     }
+
+
+def _measure(params: FakeParams, progress: Any) -> None:
+    raise AssertionError("the tests' lab has nothing live to measure")
 
 
 FAKE = Lab(
@@ -138,14 +156,16 @@ FAKE = Lab(
         Param("sizes", "int_list", [1, 2], minimum=0, maximum=100),
         Param("mode", "str", "a"),
     ),
+    params_type=FakeParams,
     model=_model,
+    live=LivePart(check=accepts_all, measure=_measure, tables=lambda p, m: {}),
 )
 RUNS: list[Params] = []
 
 
 def runner(params: Params) -> Tables:
     RUNS.append(dict(params))
-    return _model(params, None)
+    return _model(FAKE.typed(FAKE.validate(params)), None)
 
 
 def fake(**raw: Any) -> Challenge:
@@ -204,7 +224,8 @@ def test_an_expression_allows_nothing_beyond_its_language(source):
 
 
 def test_a_condition_is_described_with_its_values_and_its_goal():
-    context = Context({"n": 2}, _model({"n": 2, "sizes": [1]}, None))
+    typed = FakeParams(n=2, sizes=[1], mode="a")
+    context = Context({"n": 2}, _model(typed, None))
     assert (
         describe(parse("t[x].square >= 9"), context)
         == "t[x].square is 4; the goal needs it ≥ 9"

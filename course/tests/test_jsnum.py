@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.labs.harness.jsnum import JsLcg, js_round, js_to_fixed
-from course.tests.reference import Generator, to_fixed_1
+from course.tests.labs.reference import Generator, to_fixed_1
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ Only ``LabError`` may come out of either, with a one-line message naming the par
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ def _number(param: Param, value: float) -> int | float:
     return int(value) if param.kind == "int" else float(value)
 
 
-def boundary_values(lab: Lab, param: Param) -> list[ParamValue]:
+def boundary_values(lab: Lab[Any], param: Param) -> list[ParamValue]:
     """Return the values to try for ``param``, each once."""
     values: list[ParamValue] = []
 
@@ -215,10 +216,9 @@ def test_a_live_part_refuses_what_only_the_model_can_run_before_starting(
 ):
     """The check comes first in the live part: no process starts, no row is written."""
     lab = LABS[slug]
-    assert lab.live is not None
     params = lab.resolve({name: text})
     with pytest.raises(LabError) as refused:
-        lab.live(params, lambda fraction, label: None)
+        lab.live_run(params, lambda fraction, label: None)
     message = str(refused.value)
     assert message.startswith(f"{name}: "), message
     assert "\n" not in message, message
@@ -226,8 +226,7 @@ def test_a_live_part_refuses_what_only_the_model_can_run_before_starting(
 
 def test_the_live_load_shedding_of_no_request_is_an_empty_table():
     lab = LABS["load-shedding"]
-    assert lab.live is not None
-    tables = lab.live(lab.resolve({"requests": "0"}), lambda fraction, label: None)
+    tables = lab.live_run(lab.resolve({"requests": "0"}), lambda fraction, label: None)
     assert tables["live_latency"]["rows"] == []
 
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from course.instruments.routes import LabRoutes
-from course.labs.load_shedding_lab.live import admission_env, measure, shed_servers
+from course.labs.load_shedding.live import admission_env, fire, shed_servers
 
 Sent = list[dict[str, Any]]
 
@@ -85,8 +85,8 @@ def test_admission_control_keeps_accepted_latency_bounded_while_rejecting():
         admission_env(max_running=2, max_queued=100),
     ]
     with shed_servers(envs) as (controlled, unbounded):
-        shed = measure(controlled, requests=10, job_ms=300)
-        queued = measure(unbounded, requests=10, job_ms=300)
+        shed = fire(controlled, requests=10, job_ms=300)
+        queued = fire(unbounded, requests=10, job_ms=300)
         answers = asyncio.run(raw_answers(controlled.base_url, 6))
     refused = [r for r in answers if r.status_code == 503]
     assert len(refused) == 2

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from course.labs.registry import lab_get
 from course.models import LabAllowance, LabRun
-from course.policies import run_fingerprint
-from course.services.labqueue import Choice, Requester, lab_run_request
+from course.policies import RefusalKind, run_fingerprint
+from course.services.labqueue import Choice, LabRefused, Requester, lab_run_request
 from course.services.labwork import (
     EXPIRED,
     lab_run_take,
@@ -57,6 +57,38 @@ def test_a_signed_in_learner_queues_a_live_run(redis_client):
     job = JobStatus.objects.get()
     assert job.params["_live"] is True
     assert LabRun.objects.get().live is True
+
+
+def test_a_value_only_the_model_runs_is_refused_at_request_time(redis_client):
+    # The live part says what it cannot run; the form and the service ask it before
+    # anything is queued, so the worker never starts a run that cannot finish.
+    user, client = learner()
+    response = client.post(
+        "/course/cache-layers/run",
+        {"live": "on", "server_capacity": "0"},
+        headers=JSON,
+    )
+    assert response.status_code == 400
+    [message] = response.json()["errors"]["live"]
+    assert message.startswith("server_capacity: 0 (server cache off)")
+    lab = lab_get("cache-layers")
+    with pytest.raises(LabRefused) as refused:
+        lab_run_request(
+            lab=lab,
+            params={"server_capacity": 0},
+            requester=Requester(visitor="ada", client="", user=user),
+            live=True,
+        )
+    assert refused.value.refusal.kind is RefusalKind.MODEL_ONLY
+    assert str(refused.value) == message
+    assert not JobStatus.objects.exists()
+    # The model alone runs those values.
+    assert (
+        client.post(
+            "/course/cache-layers/run", {"server_capacity": "0"}, headers=JSON
+        ).status_code
+        == 202
+    )
 
 
 def test_an_anonymous_visitor_is_invited_to_sign_up_for_the_live_part(client):

@@ -15,13 +15,13 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from config.processes import ROOT, child_environment, manage_command, wait_until
 from course.labs.registry import lab_get
 from course.models import LabWorkerState
 from course.sandbox import labs_dir, sandbox_pids
 from course.services.labqueue import Requester, lab_run_request
 from course.services.labwork import EXPIRED
 from jobs.models import JobStatus
-from tests.processes import ROOT, child_env, manage, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -30,9 +30,9 @@ LEARNER = Requester(visitor="user:1", client="")
 
 
 def start_worker(*extra: str) -> subprocess.Popen[bytes]:
-    env = {**child_env(), "LIBRARY_LAB_LEASE_S": str(LEASE_S)}
+    env = {**child_environment(), "LIBRARY_LAB_LEASE_S": str(LEASE_S)}
     return subprocess.Popen(
-        manage("labworker", *extra),
+        manage_command("labworker", *extra),
         cwd=ROOT,
         env=env,
         start_new_session=True,

@@ -1,7 +1,6 @@
 import pytest
 
-from course.labs.registry import LABS
-from course.lessons import LESSONS
+from course.labs.registry import LABS, lab_load, package_name
 from course.tests.labwork import own_run
 from jobs.models import JobStatus
 
@@ -32,14 +31,13 @@ def test_lesson_page_shows_summary_source_and_form_defaults(client):
     assert "csrfmiddlewaretoken" in html
 
 
-def test_unbuilt_lab_says_so_without_numbers(client, monkeypatch):
-    # Every lesson has its lab now: take one away to see the page without it.
-    slug = LESSONS[-1].slug
-    monkeypatch.delitem(LABS, slug)
-    html = client.get(f"/course/{slug}/").content.decode()
-    assert "not built yet" in html
-    assert '<form id="lab-form"' not in html
-    assert f"https://academia.sh/en/courses/asynchronous-processing/{slug}" in html
+def test_a_lesson_without_its_lab_fails_the_registry_at_import():
+    # Each lesson's lab is its package, found by the slug; none may be missing.
+    with pytest.raises(RuntimeError, match="lesson 'no-such-lesson' has no lab"):
+        lab_load("no-such-lesson")
+    assert package_name("hot-key-and-stampede-effect") == (
+        "course.labs.hot_key_and_stampede_effect"
+    )
 
 
 def test_unknown_lesson_is_404(client):

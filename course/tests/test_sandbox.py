@@ -20,6 +20,7 @@ from django.db import connection
 from django.test import override_settings
 
 import course.sandbox
+from config.processes import ROOT, child_environment, wait_until
 from config.redis_server import unix_redis_answers, with_db
 from course.labs.harness.base import LabError
 from course.labs.harness.live import LIVE_PREFIX
@@ -38,7 +39,6 @@ from course.sandbox import (
     sandbox_sweep,
 )
 from library.models import Branch
-from tests.processes import ROOT, child_env, wait_until
 from tests.snapshots import operator_snapshot
 
 # Sandboxes (a database, a Redis server, child processes) are made differently
@@ -281,7 +281,7 @@ def test_the_sweep_removes_what_a_killed_owner_left():
     owner = subprocess.run(
         [sys.executable, "-c", CRASHING_OWNER],
         cwd=ROOT,
-        env=child_env(),
+        env=child_environment(),
         capture_output=True,
         timeout=120,
         check=False,
@@ -366,7 +366,7 @@ def test_labsandbox_refuses_to_run_outside_a_sandbox():
     done = subprocess.run(
         [sys.executable, "manage.py", "labsandbox", "message-queues", "--params", "{}"],
         cwd=ROOT,
-        env={k: v for k, v in child_env().items() if k != SANDBOX_ENV},
+        env={k: v for k, v in child_environment().items() if k != SANDBOX_ENV},
         capture_output=True,
         timeout=120,
         check=False,
@@ -382,7 +382,7 @@ def test_a_live_run_killed_midway_leaves_nothing_after_the_sweep():
     owner = subprocess.Popen(
         [sys.executable, "manage.py", "lab", "message-queues", "--live", "--json"],
         cwd=ROOT,
-        env=child_env(),
+        env=child_environment(),
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -11,8 +11,8 @@ from redis import Redis
 from rq import Queue, SimpleWorker
 from rq.job import Job, JobStatus
 
+from config.processes import WAIT_S, wait_until
 from jobs.backpressure import BLOCK_POLL_S, BoundedQueue, buffer_keys, buffer_stats
-from tests.processes import WAIT_DEADLINE_S, wait_until
 
 DONE: list[int] = []
 
@@ -39,7 +39,7 @@ class PollClock:
     def sleep(self, seconds: float) -> None:
         self.now += self.step_s
         self.pauses.append(seconds)
-        if self._gated and not self._resumes.acquire(timeout=WAIT_DEADLINE_S):
+        if self._gated and not self._resumes.acquire(timeout=WAIT_S):
             raise TimeoutError("the test never resumed the producer")
 
     def resume(self) -> None:
@@ -143,7 +143,7 @@ def test_block_holds_the_producer_until_a_worker_makes_room(queue):
         drain(queue)  # starts job-0, which frees the place
     finally:
         clock.resume()
-    producer.join(timeout=WAIT_DEADLINE_S)
+    producer.join(timeout=WAIT_S)
     assert answers[0].outcome == "held"
     assert answers[0].held_ms == 500.0  # two pauses of 250 ms, then admitted
     assert clock.pauses == [BLOCK_POLL_S] * 2

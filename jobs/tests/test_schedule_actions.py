@@ -11,7 +11,7 @@ import django_rq
 import pytest
 from django.contrib.auth.models import User
 
-from course.instruments.processes import kill_group, start_manage
+from config.processes import kill, start_manage
 from jobs.locks import LeaseLock
 from jobs.management.commands.scheduler import Command
 from jobs.models import ScheduledTaskAction, ScheduledTaskState
@@ -430,7 +430,7 @@ def test_run_now_runs_in_a_real_rqworker_process(redis_client):
     try:
         assert worker.wait(timeout=120) == 0
     finally:
-        kill_group(worker)
+        kill(worker)
     action.refresh_from_db()
     assert action.outcome == "ran"
     assert action.finished_at is not None

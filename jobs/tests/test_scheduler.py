@@ -332,7 +332,7 @@ def test_the_periodic_tasks_of_the_issue():
     report = by_name["monthly_loan_report"]
     assert report.recurrence == Monthly(1, 2, 0, MonthEnd.CLAMP)
     assert (report.catch_up, report.catch_up_limit) == (CatchUp.CATCH_UP, 3)
-    assert report.func == "library.report.start.monthly_loan_report_start"
+    assert report.func == "library.report.start.monthly_report_start_for_slot"
     assert by_name["messaging_sweep"].inline
     assert by_name["messaging_sweep"].recurrence == Every(seconds=2)
     assert by_name["messaging_trim"].queue == "messaging"

@@ -13,9 +13,9 @@ import re
 
 import pytest
 
+from config.processes import free_port, start_daphne, stop
 from jobs.models import ScheduledTaskAction, ScheduledTaskState
 from tests.browser import needs_chromium
-from tests.processes import free_port, start_daphne, stop
 
 PASSWORD = "pw-operator-1"
 

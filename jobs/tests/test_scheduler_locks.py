@@ -2,7 +2,6 @@
 in one process and across real ``manage.py`` processes."""
 
 import datetime
-import signal
 import threading
 from collections.abc import Callable
 
@@ -10,12 +9,11 @@ import pytest
 from redis.exceptions import LockError, LockNotOwnedError
 from redis.lock import Lock
 
-from course.instruments.processes import kill_group, running, start_manage
+from config.processes import kill, running, start_manage, wait_until
 from course.labs.scheduled_tasks.live import probe_race
 from course.labs.scheduled_tasks.model import trace_counts
 from jobs.locks import LeaseLock, lease, lease_holder
 from jobs.management.commands.scheduledrun import probe_keys, probe_lease_name
-from tests.processes import wait_until
 
 
 def text(items: list[bytes]) -> list[str]:
@@ -206,7 +204,7 @@ def test_a_killed_holder_loses_the_lease_after_one_term(redis_client):
         owner = redis_client.get(f"lease:{name}")
         assert owner is not None
         assert f":{holder.pid}:" in owner.decode()
-        kill_group(holder, signal.SIGKILL)  # no finally, no release
+        kill(holder)  # no finally, no release
         assert not LeaseLock(redis_client, name, lease_ms=1000).acquire()
         # Lost after one term at most: what is left of it, then Redis ends it.
         assert 0 < redis_client.pttl(f"lease:{name}") <= 1000

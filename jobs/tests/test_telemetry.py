@@ -12,12 +12,12 @@ import django_rq
 import pytest
 from rq import Queue
 
+from config.processes import wait_until
 from jobs.series import series_read, series_reset, series_sample, series_totals
 from jobs.shedding import SHED_FLUSH_S, AdmissionControl
 from jobs.shedding_policy import Limits
 from jobs.telemetry import RQ_DEPTH, RQ_OLDEST_AGE, SHED, SeriesShedRecorder
 from jobs.tests.manual_loop import manual_loop, run_manual, settle
-from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db
 

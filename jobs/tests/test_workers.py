@@ -20,6 +20,7 @@ from rq import Retry, Worker
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
+from config.processes import kill, start_manage, wait_until
 from course.instruments.probe_jobs import (
     die_always,
     die_once,
@@ -27,8 +28,6 @@ from course.instruments.probe_jobs import (
     sleep_then_mark,
     slow_while_token,
 )
-from course.instruments.processes import kill_group
-from tests.processes import start_manage, wait_until
 
 pytestmark = [pytest.mark.processes]
 QUEUE = "default"
@@ -62,7 +61,7 @@ def test_sigterm_lets_the_job_in_hand_finish(redis_client, tmp_path: Path) -> No
         process.send_signal(signal.SIGTERM)  # the deployment's stop: warm shutdown
         assert process.wait(timeout=30) == 0
     finally:
-        kill_group(process)
+        kill(process)
     assert marker.read_text() == "finished"
     assert status(job) == JobStatus.FINISHED
 
@@ -90,7 +89,7 @@ def test_a_second_signal_cuts_the_job_and_rq_hands_it_back(
         process.send_signal(signal.SIGTERM)  # cold shutdown: the horse goes too
         assert process.wait(timeout=30) == 0
     finally:
-        kill_group(process)
+        kill(process)
     assert not marker.exists()  # cut off mid-job
     # Not dropped: it stays "started" until its registry entry expires, then rq's
     # maintenance treats it as abandoned and retries it (run here for a far future).
@@ -103,7 +102,7 @@ def test_a_second_signal_cuts_the_job_and_rq_hands_it_back(
     try:
         assert fresh.wait(timeout=60) == 0
     finally:
-        kill_group(fresh)
+        kill(fresh)
     assert (status(job), marker.read_text()) == (JobStatus.FINISHED, "finished")
 
 
@@ -120,7 +119,7 @@ def test_a_dead_work_horse_is_retried_then_dead_lettered(
     try:
         assert process.wait(timeout=90) == 0  # the worker outlives both deaths
     finally:
-        kill_group(process)
+        kill(process)
     assert status(survivor) == JobStatus.FINISHED  # the retry ran on a fresh horse
     assert status(healthy) == JobStatus.FINISHED
     assert status(doomed) == JobStatus.FAILED
@@ -140,7 +139,7 @@ def test_the_worker_pool_runs_jobs_in_several_workers(redis_client) -> None:
         pool.send_signal(signal.SIGTERM)
         pool.wait(timeout=30)
     finally:
-        kill_group(pool)
+        kill(pool)
     records = [json.loads(e) for e in redis_client.lrange("jobprobe:pool", 0, -1)]
     assert sorted(r["seq"] for r in records) == list(range(6))
     assert len({r["worker"] for r in records}) == 2

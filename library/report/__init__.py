@@ -1,14 +1,14 @@
 """The monthly loan report: a long job in chunks, with checkpoint, cancel and resume.
 
 Scope. A report covers the loans picked up in one calendar month (``month``,
-"YYYY-MM"), or every loan (``month="all"``), optionally of one branch. Called with no
-month, it reports the month that just ended (the scheduled run,
-``start.monthly_loan_report_start``, passes the month before its slot). A loan counts
-the days it was out up to the report's cut date ``as_of``: its return date, or the cut
-date while it is still open. The cut date (the first day after the month, or today
-if that is earlier; today for "all") and the number of loans in scope are fixed
-when the report is started and stored in its params, so a resumed run counts the
-same loans the same way.
+"YYYY-MM"), or every loan (``month="all"``), optionally of one branch. Called with
+no month, it reports the month that just ended (the scheduled run,
+``start.monthly_report_start_for_slot``, passes the month before its slot). A loan
+counts the days it was out up to the report's cut date ``as_of``: its return date,
+or the cut date while it is still open. The cut date (the first day after the month,
+or today if that is earlier; today for "all") and the number of loans in scope are
+fixed when the report is started and stored in its params, so a resumed run counts
+the same loans the same way.
 
 The run (``report_run``, an rq job on the ``default`` queue), as in the lesson:
 

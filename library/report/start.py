@@ -136,7 +136,7 @@ def report_month(slot: datetime.datetime) -> str:
     return f"{last_day.year:04d}-{last_day.month:02d}"
 
 
-def monthly_loan_report_start(*, slot: datetime.datetime) -> str:
+def monthly_report_start_for_slot(*, slot: datetime.datetime) -> str:
     """Start the report of the month before ``slot``; return its JobStatus id.
 
     The month comes from the slot, not from today, so a caught-up run reports the

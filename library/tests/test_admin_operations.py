@@ -13,13 +13,13 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
+from config.processes import free_port
 from jobs.series import series_add, series_reset, series_sample
 from jobs.telemetry import SHED
 from library.admin_operations import WINDOWS, operations_charts
 from library.cache.metrics import metrics_record, metrics_reset
 from library.permissions import VIEW_OPERATIONS, permission_get
 from messaging.models import DeadLetter, Delivery, OutboxMessage
-from tests.processes import free_port
 
 pytestmark = pytest.mark.django_db
 

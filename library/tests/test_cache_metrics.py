@@ -8,6 +8,7 @@ import uuid
 import pytest
 from redis.client import Pipeline
 
+from config.processes import wait_until
 from config.redis_server import with_db
 from library.cache import metrics
 from library.cache.metrics import (
@@ -21,7 +22,6 @@ from library.cache.metrics import (
     metrics_reset,
 )
 from library.tests.cache_db import CACHE_TEST_DB
-from tests.processes import wait_until
 
 # Mid-minute, so +-30 s stays in the same bucket.
 NOW = 1_700_000_030.0

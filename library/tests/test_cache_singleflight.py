@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from config.processes import ROOT, child_environment, wait_until
 from config.redis_server import with_db
-from course.instruments.processes import ROOT, child_environment
 from library.cache.metrics import cache_redis, metrics_read, metrics_reset
 from library.cache.singleflight import (
     flight_waiters,
@@ -22,7 +22,6 @@ from library.cache.singleflight import (
     single_flight,
 )
 from library.tests.cache_db import CACHE_TEST_DB
-from tests.processes import wait_until
 
 # Other test runs on this machine empty database 15 (conftest's redis_client) at any
 # moment, which would pull locks out from under these timing-sensitive tests: they use

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from redis.client import Pipeline
 
+from config.processes import wait_until
 from config.redis_server import with_db
 from library.cache import metrics
 from library.cache.metrics import (
@@ -38,7 +39,6 @@ from library.cache.store import (
 )
 from library.cache.ttl import lifetime_with_jitter
 from library.tests.cache_db import CACHE_TEST_DB
-from tests.processes import wait_until
 
 # Other test runs on this machine empty database 15 (conftest's redis_client) at any
 # moment; these tests use a database of their own and keys unique to each test, and

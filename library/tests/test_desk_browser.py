@@ -11,11 +11,11 @@ import datetime
 import pytest
 from django.contrib.auth import get_user_model
 
+from config.processes import free_port, start_daphne, stop
 from library.models import Book, Branch, Loan, Member
 from library.permissions import ISSUE_LOAN, RETURN_LOAN, permission_get
 from library.services import loan_issue
 from tests.browser import needs_chromium
-from tests.processes import free_port, start_daphne, stop
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -18,11 +18,11 @@ from django.db import connection, connections, transaction
 from django.test import Client
 from django.urls import reverse
 
+from config.processes import wait_until
 from library.models import Book, Loan, Member
 from library.services import loan_issue
 from messaging.models import OutboxMessage
 from messaging.registry import MessageType
-from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db
 

@@ -15,15 +15,14 @@ from library import views
 from library.models import Book, Member
 from library.permissions import CORRECT_STOCK, ISSUE_LOAN, RETURN_LOAN, permission_get
 from library.services import loan_issue
-
-from .conftest import PASSWORD
+from tests.people import DESK_PASSWORD
 
 pytestmark = pytest.mark.django_db
 
 
 def staff(*perms: str) -> Client:
     user = get_user_model().objects.create_user(
-        "clerk", password=PASSWORD, is_staff=True
+        "clerk", password=DESK_PASSWORD, is_staff=True
     )
     user.user_permissions.add(*(permission_get(perm) for perm in perms))
     client = Client()

@@ -21,8 +21,7 @@ from library import selectors
 from library.models import Book, Branch, Loan, Member
 from library.permissions import ISSUE_LOAN, RETURN_LOAN, permission_get
 from library.services import loan_issue
-
-from .conftest import PASSWORD
+from tests.people import DESK_PASSWORD
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +33,7 @@ LOANS = reverse("desk-suggest-loans")
 def clerk(*perms: str) -> Client:
     """A signed-in staff account holding only ``perms``."""
     user = get_user_model().objects.create_user(
-        f"clerk{len(perms)}{'-'.join(perms)}", password=PASSWORD, is_staff=True
+        f"clerk{len(perms)}{'-'.join(perms)}", password=DESK_PASSWORD, is_staff=True
     )
     user.user_permissions.add(*(permission_get(perm) for perm in perms))
     client = Client()

@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from rq import Queue
 
+from config.processes import free_port
 from jobs.series import series_add, series_flush, series_reset, series_sample
 from jobs.telemetry import SHED
 from library.cache.metrics import metrics_record, metrics_reset
@@ -20,7 +21,6 @@ from library.exposition import METRICS_RETRY_AFTER_S
 from library.permissions import VIEW_OPERATIONS, permission_get
 from messaging.tests.conftest import library_rows  # noqa: F401  (a fixture)
 from messaging.tests.test_selectors import break_subscribers, issue_and_drain
-from tests.processes import free_port
 
 pytestmark = pytest.mark.django_db
 

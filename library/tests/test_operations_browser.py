@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from config.processes import ROOT, free_port, start_daphne, stop
 from jobs.series import series_add, series_flush, series_reset, series_sample
 from jobs.telemetry import SHED
 from library.cache.metrics import metrics_flush, metrics_record, metrics_reset
 from tests.browser import needs_chromium
-from tests.processes import ROOT, free_port, start_daphne, stop
 
 SHOTS = ROOT / "screenshots"
 PASSWORD = "pw-operator-1"

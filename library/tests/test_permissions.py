@@ -20,15 +20,14 @@ from library.permissions import (
 )
 from library.seed import STAFF_USERNAME, seed_library
 from library.services import loan_issue
-
-from .conftest import PASSWORD
+from tests.people import DESK_PASSWORD
 
 pytestmark = pytest.mark.django_db
 
 
 def desk_client(*perms: str) -> tuple[User, Client]:
     user = get_user_model().objects.create_user(
-        "clerk", password=PASSWORD, is_staff=True
+        "clerk", password=DESK_PASSWORD, is_staff=True
     )
     user.user_permissions.add(*(permission_get(perm) for perm in perms))
     client = Client()
@@ -80,7 +79,9 @@ def test_staff_with_the_permission_returns_a_loan(book: Book, member: Member):
 
 
 def test_superusers_hold_every_permission_and_inactive_users_none():
-    superuser = get_user_model().objects.create_superuser("root", password=PASSWORD)
+    superuser = get_user_model().objects.create_superuser(
+        "root", password=DESK_PASSWORD
+    )
     assert user_may(superuser, ISSUE_LOAN)
     superuser.is_active = False
     assert not user_may(superuser, ISSUE_LOAN)

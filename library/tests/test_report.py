@@ -21,7 +21,7 @@ from jobs.selectors import jobstatus_payload, jobstatus_resumable
 from jobs.services import CancelOutcome, jobstatus_claim
 from library import report
 from library.models import Book, Branch, Loan, Member
-from library.report.start import monthly_loan_report_start
+from library.report.start import monthly_report_start_for_slot
 
 pytestmark = pytest.mark.django_db
 
@@ -403,14 +403,14 @@ def test_status_payload_carries_counts_and_resumability(loans):
 
 def test_the_scheduled_start_makes_one_report_per_month(redis_client):
     slot = datetime.datetime(2025, 4, 1, 2, 0, tzinfo=datetime.UTC)
-    first = monthly_loan_report_start(slot=slot)
+    first = monthly_report_start_for_slot(slot=slot)
     # An operator's "run now" beside the scheduled slot: the same month's report.
-    assert monthly_loan_report_start(slot=slot) == first
+    assert monthly_report_start_for_slot(slot=slot) == first
     assert JobStatus.objects.filter(kind="report").count() == 1
     JobStatus.objects.filter(pk=first).update(state="failed")
-    assert monthly_loan_report_start(slot=slot) != first  # a failed one is redone
+    assert monthly_report_start_for_slot(slot=slot) != first  # a failed one is redone
     later = datetime.datetime(2025, 5, 1, 2, 0, tzinfo=datetime.UTC)
-    assert monthly_loan_report_start(slot=later) not in (first,)
+    assert monthly_report_start_for_slot(slot=later) not in (first,)
     assert JobStatus.objects.filter(kind="report").count() == 3
 
 

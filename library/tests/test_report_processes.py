@@ -14,12 +14,10 @@ import signal
 
 import pytest
 
-from course.instruments.processes import child_environment, kill_group, start_manage
-from course.labs.harness.live import child_pids
+from config.processes import child_environment, children, kill, start_manage, wait_until
 from jobs.models import JobStatus
 from library import report
 from library.tests.test_report import LOANS, make_loans, row
-from tests.processes import wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -28,7 +26,7 @@ TIMEOUT_S = 120.0
 
 
 def wait_for(check, what: str, timeout: float = TIMEOUT_S) -> None:
-    wait_until(check, what, deadline_s=timeout)
+    wait_until(check, what, timeout=timeout)
 
 
 def processed(job: JobStatus) -> int:
@@ -59,7 +57,7 @@ def resume_and_finish(job: JobStatus, name: str) -> None:
     try:
         process.wait(timeout=TIMEOUT_S)
     finally:
-        kill_group(process)
+        kill(process)
     assert row(job).state == "done"
 
 
@@ -74,7 +72,7 @@ def test_sigterm_to_the_rqworker_cancels_at_the_next_chunk(clean_days):
         wait_for(lambda: row(job).is_finished, "the report to stop")
         assert process.wait(timeout=TIMEOUT_S) == 0  # warm shutdown completed
     finally:
-        kill_group(process)
+        kill(process)
     stopped = row(job)
     assert stopped.state == "cancelled"
     assert stopped.cancel_reason == report.REASON_SHUTDOWN
@@ -92,7 +90,7 @@ def test_sigterm_to_the_work_horse_cancels_and_the_worker_lives_on(clean_days):
     process = worker(f"report-horse-{job.pk.hex[:6]}")
     try:
         wait_for(lambda: processed(job) >= CHUNK, "one chunk")
-        horses = child_pids(process.pid)
+        horses = children(process.pid)
         assert len(horses) == 1
         os.kill(horses[0], signal.SIGTERM)
         wait_for(lambda: row(job).is_finished, "the report to stop")
@@ -105,5 +103,5 @@ def test_sigterm_to_the_work_horse_cancels_and_the_worker_lives_on(clean_days):
         report.report_resume(job_id=job.pk)
         wait_for(lambda: row(job).state == "done", "the resumed report")
     finally:
-        kill_group(process)
+        kill(process)
     assert row(job).result["days"] == clean_days

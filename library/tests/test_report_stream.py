@@ -14,11 +14,17 @@ from django.contrib.auth import get_user_model
 from django.core.asgi import get_asgi_application
 from django.test import AsyncClient, Client
 
+from config.processes import (
+    child_environment,
+    free_port,
+    start_daphne,
+    stop,
+    wait_until,
+)
 from library.models import Book, Branch, Loan, Member
 from library.permissions import RUN_REPORT, permission_get
 from library.report import stream as streaming
 from library.report.stream import REPORTS_KEY
-from tests.processes import child_env, free_port, start_daphne, stop, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 URL = "/realtime/reports/loans.csv"
@@ -233,7 +239,7 @@ def big_month(loans):
 @pytest.mark.processes
 def test_a_slow_reader_keeps_server_memory_flat_and_gets_every_row(big_month):
     port = free_port()
-    server = start_daphne(port, env={**child_env(), "LOG_LEVEL": "WARNING"})
+    server = start_daphne(port, env={**child_environment(), "LOG_LEVEL": "WARNING"})
     try:
         session = sign_in(port)
         baseline = rss_kib(server.pid)
@@ -263,7 +269,7 @@ def test_a_client_that_vanishes_stops_production_on_a_real_server(
     big_month, redis_client
 ):
     port = free_port()
-    server = start_daphne(port, env={**child_env(), "LOG_LEVEL": "WARNING"})
+    server = start_daphne(port, env={**child_environment(), "LOG_LEVEL": "WARNING"})
     try:
         session = sign_in(port)
         sock = open_report(port, session, "month=2026-03")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.hashers import check_password
 
-from tests.processes import ROOT, child_env, manage
+from config.processes import ROOT, child_environment, manage_command
 
 pytestmark = pytest.mark.processes
 
@@ -27,12 +27,17 @@ LOGIN = re.compile(r"staff login: staff / (\S+)")
 
 def run(var: Path, database: Path, *args: str) -> str:
     env = {
-        **child_env(),
+        **child_environment(),
         "LIBRARY_VAR_DIR": str(var),
         "DATABASE_URL": f"sqlite:///{database}",
     }
     done = subprocess.run(
-        manage(*args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        manage_command(*args),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout

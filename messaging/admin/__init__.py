@@ -6,7 +6,7 @@ Everything here is a view on rows that only the spine's services write:
 - Deliveries carry retry state a worker may be changing right now; editing them here
   would race with a claim, so they are read-only.
 - Dead letters are read-only too; the one write is the "Redrive selected" action,
-  which goes through ``deadletter_redrive`` (attempts reset, due now, who and when
+  which goes through ``dead_letter_redrive`` (attempts reset, due now, who and when
   recorded). The clusters view groups open letters by error: letters that failed the
   same way usually share one cause, so the records themselves give the diagnosis.
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 # Imported for their registrations.
 from messaging.admin import (  # noqa: F401
-    deadletters,
+    dead_letters,
     deliveries,
     outbox,
     partitions,

@@ -6,22 +6,22 @@ admin's queryset, so its numbers are computed in the page's one query and its
 columns can be sorted by them.
 
 Sub-modules: ``overview`` (the index's counts, lag and dead-letter clusters),
-``deadletters`` (the worker deaths behind a letter) and, for
+``dead_letters`` (the worker deaths behind a letter) and, for
 the depth pages, ``subscriptions``, ``partitions`` and ``streams``, with ``offsets``
 shared by them. Every name is re-exported here.
 """
 
 from __future__ import annotations
 
-from messaging.selectors.deadletters import deadletter_rows, worker_deaths
+from messaging.selectors.dead_letters import dead_letter_rows, worker_deaths
 from messaging.selectors.offsets import newest_offset
 from messaging.selectors.overview import (
     DeadLetterCluster,
     MessagingOverview,
     OutboxLag,
     SubscriptionCounts,
-    deadletter_clusters,
-    deadletter_open_count,
+    dead_letter_clusters,
+    dead_letter_open_count,
     messaging_overview,
     outbox_lag,
     subscription_counts,
@@ -50,9 +50,9 @@ __all__ = [
     "StreamOverview",
     "SubscriptionCounts",
     "SubscriptionDepth",
-    "deadletter_clusters",
-    "deadletter_open_count",
-    "deadletter_rows",
+    "dead_letter_clusters",
+    "dead_letter_open_count",
+    "dead_letter_rows",
     "messaging_overview",
     "newest_offset",
     "outbox_lag",

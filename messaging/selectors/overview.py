@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from messaging.models import DeadLetter, Delivery, OutboxMessage
 from messaging.registry import SUBSCRIPTIONS
-from messaging.selectors.deadletters import worker_deaths
+from messaging.selectors.dead_letters import worker_deaths
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def outbox_lag(*, now: datetime.datetime | None = None) -> OutboxLag:
     )
 
 
-def deadletter_open_count() -> int:
+def dead_letter_open_count() -> int:
     """Return how many dead letters wait for an operator (not redriven, not
     discarded)."""
     return DeadLetter.objects.filter(
@@ -105,7 +105,7 @@ def deadletter_open_count() -> int:
     ).count()
 
 
-def deadletter_clusters(
+def dead_letter_clusters(
     *, now: datetime.datetime | None = None
 ) -> list[DeadLetterCluster]:
     """Group open dead letters by subscription and error, biggest cluster first.
@@ -146,7 +146,7 @@ def messaging_overview(*, now: datetime.datetime | None = None) -> MessagingOver
     """Return what the admin index shows about the spine, measured at one instant."""
     now = now or timezone.now()
     return MessagingOverview(
-        open_dead_letters=deadletter_open_count(),
+        open_dead_letters=dead_letter_open_count(),
         subscriptions=subscription_counts(now=now),
         lag=outbox_lag(now=now),
     )

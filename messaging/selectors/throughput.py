@@ -19,7 +19,7 @@ from messaging.registry import SUBSCRIPTIONS
 
 __all__ = [
     "SubscriptionBacklog",
-    "deadletters_per_minute",
+    "dead_letters_per_minute",
     "deliveries_done_per_minute",
     "subscription_backlog",
 ]
@@ -46,7 +46,7 @@ def deliveries_done_per_minute(
     return {(row["subscription"], _minute(row["minute"])): row["count"] for row in rows}
 
 
-def deadletters_per_minute(
+def dead_letters_per_minute(
     *, start: datetime.datetime, end: datetime.datetime
 ) -> dict[tuple[str, int], int]:
     """Return ``{(subscription, minute): letters}`` for letters that went dead (for

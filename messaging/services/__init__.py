@@ -12,7 +12,7 @@ Guarantees, and where each comes from:
 Sub-modules, in the order a message meets them: ``publish`` (outbox and relay),
 ``subscriptions`` (which subscription takes which message), ``claim``, ``process``,
 ``partitions`` (ordered subscriptions), ``streams`` (the log read with offsets),
-``drain`` (the worker's step, composing them all) and ``deadletters`` (redrive,
+``drain`` (the worker's step, composing them all) and ``dead_letters`` (redrive,
 discard). The names other
 modules use are re-exported here.
 """
@@ -20,10 +20,10 @@ modules use are re-exported here.
 from __future__ import annotations
 
 from messaging.services.claim import deliveries_claim, lane_subscriptions
-from messaging.services.deadletters import (
-    deadletter_discard,
-    deadletter_redrive,
-    deadletter_redrive_cluster,
+from messaging.services.dead_letters import (
+    dead_letter_discard,
+    dead_letter_redrive,
+    dead_letter_redrive_cluster,
 )
 from messaging.services.drain import DrainReport, messaging_drain, work_remaining
 from messaging.services.process import Outcome, deliveries_process, delivery_process
@@ -33,9 +33,9 @@ from messaging.services.subscriptions import subscription_start, subscription_st
 __all__ = [
     "DrainReport",
     "Outcome",
-    "deadletter_discard",
-    "deadletter_redrive",
-    "deadletter_redrive_cluster",
+    "dead_letter_discard",
+    "dead_letter_redrive",
+    "dead_letter_redrive_cluster",
     "deliveries_claim",
     "deliveries_process",
     "delivery_process",

@@ -371,21 +371,3 @@ def log_trim(now: datetime.datetime | None = None) -> TrimReport:
     if trimmed:
         log.info("log trimmed: %s messages, now starts at %s", trimmed, earliest)
     return TrimReport(trimmed, earliest, held_by, cut)
-
-
-def stream_lags() -> list[dict[str, object]]:
-    """Return each consumer's position: offset, gap to the newest message, state."""
-    newest = OutboxMessage.objects.aggregate(n=Max("id"))["n"] or 0
-    known = {c.name: c for c in StreamConsumer.objects.all()}
-    rows: list[dict[str, object]] = []
-    for name in STREAM_CONSUMERS:
-        consumer = known.get(name) or StreamConsumer(name=name)
-        rows.append(
-            {
-                "name": name,
-                "offset": consumer.offset,
-                "gap": max(newest - consumer.offset, 0),
-                "state": consumer.state,
-            }
-        )
-    return rows

@@ -267,9 +267,9 @@ def test_staff_without_change_permission_cannot_redrive(viewer, letters):
 
 
 def test_open_filter_shows_everything_by_default(operator_client, letters, operator):
-    from messaging.services import deadletter_redrive
+    from messaging.services import dead_letter_redrive
 
-    deadletter_redrive(ids=[letters[0].pk], user=operator)
+    dead_letter_redrive(ids=[letters[0].pk], user=operator)
     url = reverse(CHANGELIST)
     assert operator_client.get(url).context["cl"].result_count == 6
     assert operator_client.get(url + "?state=open").context["cl"].result_count == 5
@@ -307,7 +307,7 @@ def test_clusters_view_groups_open_letters(operator_client, letters):
 def test_cluster_link_lists_exactly_that_clusters_open_letters(
     operator_client, letters, operator
 ):
-    from messaging.services import deadletter_redrive
+    from messaging.services import dead_letter_redrive
 
     response = operator_client.get(reverse(CLUSTERS))
     (cluster, url, _) = next(
@@ -322,7 +322,7 @@ def test_cluster_link_lists_exactly_that_clusters_open_letters(
     )
     assert listed.result_count == 3
     # Redriven letters drop out of the cluster's (open) list.
-    deadletter_redrive(ids=[expected[0].pk], user=operator)
+    dead_letter_redrive(ids=[expected[0].pk], user=operator)
     assert operator_client.get(url).context["cl"].result_count == 2
 
 
@@ -347,12 +347,12 @@ def open_count_on_index(client):
 
 
 def test_index_shows_the_open_dead_letter_count(operator_client, letters, operator):
-    from messaging.services import deadletter_redrive
+    from messaging.services import dead_letter_redrive
 
     count, response = open_count_on_index(operator_client)
     assert count == 6
     assert "stock_summary" in response.text
-    deadletter_redrive(ids=[letters[0].pk, letters[1].pk], user=operator)
+    dead_letter_redrive(ids=[letters[0].pk, letters[1].pk], user=operator)
     assert open_count_on_index(operator_client)[0] == 4
 
 

@@ -18,7 +18,7 @@ from library.models import Book, BookLedger, BranchStock, Notification
 from library.services import loan_issue
 from messaging import registry
 from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
-from messaging.selectors.deadletters import deadletter_rows
+from messaging.selectors.dead_letters import dead_letter_rows
 from messaging.services import (
     deliveries_claim,
     deliveries_process,
@@ -155,7 +155,7 @@ def test_a_killer_that_died_in_a_group_is_blamed_for_it_once_it_kills_alone(
     assert row.status == "dead"
     letter = DeadLetter.objects.get(delivery=row)
     assert "died during 2 earlier attempt(s)" in letter.last_error
-    (annotated,) = deadletter_rows(DeadLetter.objects.filter(pk=letter.pk))
+    (annotated,) = dead_letter_rows(DeadLetter.objects.filter(pk=letter.pk))
     assert annotated.worker_deaths == 2  # type: ignore[attr-defined]  # annotated
     assert not ProcessedMessage.objects.filter(
         subscription=row.subscription, message_id=row.message_id

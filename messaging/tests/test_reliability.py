@@ -15,12 +15,11 @@ import time
 import pytest
 from django.db.models import Count
 
-from course.instruments.processes import kill_group
+from config.processes import ROOT, child_environment, kill, start_manage, wait_until
 from library.models import Book, Branch, Loan, Member, Notification
 from library.services import loan_issue
 from messaging.models import DeadLetter, Delivery, OutboxMessage
 from messaging.registry import subscriptions_for
-from tests.processes import ROOT, child_env, start_manage, wait_until
 
 # Claims differ by database (SKIP LOCKED, compare-and-set): killed on each.
 pytestmark = [
@@ -32,7 +31,7 @@ LEASE_SECONDS = 2
 
 
 def start(*args: str) -> subprocess.Popen[bytes]:
-    env = {**child_env(), "MESSAGING_LEASE_SECONDS": str(LEASE_SECONDS)}
+    env = {**child_environment(), "MESSAGING_LEASE_SECONDS": str(LEASE_SECONDS)}
     return start_manage(*args, env={**env, "LOG_LEVEL": "WARNING"})
 
 
@@ -70,7 +69,7 @@ def settled() -> bool:
 
 
 def wait_until_settled(deadline_s: float) -> None:
-    wait_until(settled, "every delivery done or dead", deadline_s=deadline_s)
+    wait_until(settled, "every delivery done or dead", timeout=deadline_s)
 
 
 def test_sigkilled_workers_leave_exactly_one_notification_per_loan(redis_client):
@@ -85,19 +84,19 @@ def test_sigkilled_workers_leave_exactly_one_notification_per_loan(redis_client)
             loan_issue(book_id=n % 50 + 1, member_id=n % 100 + 1)
             if n % 250 == 125:  # kill one worker mid-drain, then replace it
                 victim = rng.randrange(len(workers))
-                kill_group(workers[victim])
+                kill(workers[victim])
                 workers[victim] = start("rqworker", "messaging")
                 kills += 1
         for _ in range(3):  # and a few more while the backlog drains
             time.sleep(rng.uniform(0.3, 1.0))
             victim = rng.randrange(len(workers))
-            kill_group(workers[victim])
+            kill(workers[victim])
             workers[victim] = start("rqworker", "messaging")
             kills += 1
         wait_until_settled(deadline_s=240)
     finally:
         for process in [*workers, scheduler]:
-            kill_group(process)
+            kill(process)
     assert kills == 11
     assert Loan.objects.count() == loans
     per_loan = Notification.objects.values("loan_id").annotate(n=Count("id"))
@@ -124,8 +123,8 @@ def test_redis_flushed_mid_run_delays_but_loses_nothing(redis_client):
         time.sleep(0.2)
         wait_until_settled(deadline_s=120)
     finally:
-        kill_group(worker)
-        kill_group(scheduler)
+        kill(worker)
+        kill(scheduler)
     assert Notification.objects.count() == 80
     assert Delivery.objects.filter(status="done").count() == 80 * len(
         subscriptions_for("loan_issued")
@@ -142,7 +141,7 @@ def test_message_that_kills_its_worker_is_isolated_and_others_flow(
     for n in range(10):
         loan_issue(book_id=n % 5 + 1, member_id=1)
     env = {
-        **child_env(),
+        **child_environment(),
         "MESSAGING_LEASE_SECONDS": "1",
         "LOG_LEVEL": "WARNING",
         "LIBRARY_POISON_BOOK_FILE": str(env_marker),
@@ -178,10 +177,10 @@ def test_message_that_kills_its_worker_is_isolated_and_others_flow(
 
     try:
         # Each death costs a lease and a worker's start: generous, for a loaded machine.
-        wait_until(supervised_until_settled, "the poison isolated", deadline_s=240)
+        wait_until(supervised_until_settled, "the poison isolated", timeout=240)
     finally:
-        kill_group(worker)
-        kill_group(scheduler)
+        kill(worker)
+        kill(scheduler)
     dead = list(DeadLetter.objects.all())
     assert len(dead) == 2  # the two loans of book 3, and nothing else
     assert {d.subscription for d in dead} == {"notification"}

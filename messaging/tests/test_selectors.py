@@ -10,13 +10,13 @@ from library.services import loan_issue
 from messaging import registry
 from messaging.models import DeadLetter, Delivery, OutboxMessage
 from messaging.selectors import (
-    deadletter_clusters,
-    deadletter_open_count,
+    dead_letter_clusters,
+    dead_letter_open_count,
     messaging_overview,
     outbox_lag,
     subscription_counts,
 )
-from messaging.services import deadletter_redrive, messaging_drain, relay_pending
+from messaging.services import dead_letter_redrive, messaging_drain, relay_pending
 
 pytestmark = pytest.mark.django_db
 
@@ -127,7 +127,7 @@ def test_clusters_group_open_letters_by_subscription_and_error(
     DeadLetter.objects.filter(pk=oldest.pk).update(
         last_failed_at=now - datetime.timedelta(hours=2)
     )
-    clusters = deadletter_clusters(now=now)
+    clusters = dead_letter_clusters(now=now)
     assert [(c.subscription, c.signature, c.count) for c in clusters] == [
         ("notification", NOTIFY_SIGNATURE, 4),
         ("broadcast", BROADCAST_ERROR, 4),
@@ -142,12 +142,12 @@ def test_redriven_letters_leave_their_cluster_and_the_open_count(
 ):
     break_subscribers(monkeypatch)
     issue_and_drain(2, 2)
-    assert deadletter_open_count() == 4
+    assert dead_letter_open_count() == 4
     operator = django_user_model.objects.create_user("op", is_staff=True)
     notify_ids = DeadLetter.objects.filter(subscription="notification")
-    deadletter_redrive(ids=notify_ids.values_list("id", flat=True), user=operator)
-    assert deadletter_open_count() == 2
-    assert [(c.subscription, c.count) for c in deadletter_clusters()] == [
+    dead_letter_redrive(ids=notify_ids.values_list("id", flat=True), user=operator)
+    assert dead_letter_open_count() == 2
+    assert [(c.subscription, c.count) for c in dead_letter_clusters()] == [
         ("broadcast", 2)
     ]
 

@@ -16,7 +16,7 @@ from messaging import registry
 from messaging.checks import registry_check
 from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
 from messaging.services import (
-    deadletter_redrive,
+    dead_letter_redrive,
     deliveries_claim,
     delivery_process,
     messaging_drain,
@@ -225,8 +225,8 @@ def test_redrive_after_the_fix_processes_the_letter(
         accepts=registry.SUBSCRIPTIONS["notification"].accepts,
     )  # (monkeypatch restores the original after the test)
     registry.HANDLERS["notification"] = notify_member
-    assert deadletter_redrive(ids=[letter.pk], user=operator) == 1
-    assert deadletter_redrive(ids=[letter.pk], user=operator) == 0  # once only
+    assert dead_letter_redrive(ids=[letter.pk], user=operator) == 1
+    assert dead_letter_redrive(ids=[letter.pk], user=operator) == 0  # once only
     delivery = Delivery.objects.get(pk=letter.delivery_id)
     assert (delivery.status, delivery.attempts) == ("pending", 0)
     drain()

@@ -12,8 +12,8 @@ from jobs.series import series_read, series_reset, series_sample
 from messaging.models import DeadLetter, Delivery, OutboxMessage
 from messaging.registry import SUBSCRIPTIONS
 from messaging.telemetry import (
-    DEADLETTERS_NEW,
-    DEADLETTERS_OPEN,
+    DEAD_LETTERS_NEW,
+    DEAD_LETTERS_OPEN,
     DELIVERIES_DONE,
     DELIVERIES_DUE,
     LAG_RELAY,
@@ -104,9 +104,9 @@ def test_dead_letters_are_counted_per_subscription(library_rows, history, monkey
 
     series_sample(now=now)
 
-    new = _read(DEADLETTERS_NEW, now, minutes=2).values
+    new = _read(DEAD_LETTERS_NEW, now, minutes=2).values
     assert sum(v or 0 for v in new["notification"]) == 2
     assert sum(v or 0 for v in new["broadcast"]) == 2
-    assert _read(DEADLETTERS_OPEN, now).values == {
+    assert _read(DEAD_LETTERS_OPEN, now).values == {
         "all": [float(DeadLetter.objects.count())]
     }

@@ -15,6 +15,7 @@ from channels.layers import get_channel_layer
 from django.test import override_settings
 
 from config.asgi import application
+from config.processes import await_until, free_port, start_daphne, stop, wait_until
 from course.instruments.websocket_client import RawWebSocket
 from library.models import Book, Branch, Member
 from library.services import loan_issue
@@ -28,7 +29,6 @@ from realtime.accounting import (
 )
 from realtime.broadcast import broadcasts_send
 from tests.asgi import Socket
-from tests.processes import await_until, free_port, start_daphne, stop, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 ORIGIN = (b"origin", b"http://127.0.0.1")

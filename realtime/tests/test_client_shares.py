@@ -19,8 +19,14 @@ from django.conf import settings
 from django.contrib.sessions.backends.db import SessionStore
 from websockets.typing import Origin
 
+from config.processes import (
+    await_until,
+    child_environment,
+    free_port,
+    start_daphne,
+    stop,
+)
 from library.models import Book, Branch
-from tests.processes import await_until, child_env, free_port, start_daphne, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -33,7 +39,7 @@ def daphne(transactional_db: None, redis_client: object) -> Iterator[int]:
     # The shipped defaults: nothing in the environment names the shares.
     env = {
         name: value
-        for name, value in child_env().items()
+        for name, value in child_environment().items()
         if not name.startswith(("REALTIME_SOCKETS_", "REALTIME_STREAMS_"))
     }
     server = start_daphne(port, env=env)

@@ -15,11 +15,13 @@ from django.test import override_settings
 # Imported at module level: loading it sets Django up again (see test_stream_limits).
 from config.asgi import application
 from jobs.services import jobstatus_create
-from library.models import Branch
 from realtime.front import StreamFront
 from tests.asgi import http_scope
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("redis_client"),
+]
 
 
 def _request(
@@ -35,12 +37,7 @@ async def _answer(app: ApplicationCommunicator) -> tuple[int, dict[bytes, bytes]
     return int(start["status"]), headers
 
 
-@pytest.fixture
-def branch(redis_client) -> Branch:
-    return Branch.objects.create(id=1, name="Central", city="Ankara")
-
-
-async def test_a_stream_carries_the_security_headers(branch):
+async def test_a_stream_carries_the_security_headers(library):
     app = _request("/realtime/branches/1/events")
     status, headers = await _answer(app)
     assert status == 200
@@ -52,12 +49,12 @@ async def test_a_stream_carries_the_security_headers(branch):
     await app.wait(timeout=5)
 
 
-async def test_a_foreign_host_is_refused_by_django(branch):
+async def test_a_foreign_host_is_refused_by_django(library):
     status, _ = await _answer(_request("/realtime/branches/1/events", host="evil.test"))
     assert status == 400
 
 
-async def test_plain_http_is_redirected_when_https_is_required(branch):
+async def test_plain_http_is_redirected_when_https_is_required(library):
     # Django's middleware reads the setting when the handler is built: build one.
     with override_settings(SECURE_SSL_REDIRECT=True):
         front = StreamFront(ASGIHandler())
@@ -67,7 +64,7 @@ async def test_plain_http_is_redirected_when_https_is_required(branch):
     assert headers[b"location"].startswith(b"https://127.0.0.1/realtime/")
 
 
-async def test_other_methods_are_left_to_django(branch):
+async def test_other_methods_are_left_to_django(library):
     job = await _job()
     path = f"/realtime/jobs/{job}/wait"
     status, _ = await _answer(_request(path, method="OPTIONS"))
@@ -76,7 +73,7 @@ async def test_other_methods_are_left_to_django(branch):
     assert status == 403  # Django's CSRF check comes first
 
 
-async def test_an_unknown_branch_is_a_clear_404(branch):
+async def test_an_unknown_branch_is_a_clear_404(library):
     status, headers = await _answer(_request("/realtime/branches/99/events"))
     assert status == 404
     assert headers[b"content-type"] == b"application/json"

@@ -19,8 +19,8 @@ import pytest
 import websockets
 from websockets.typing import Origin
 
+from config.processes import ROOT, child_environment, free_port, stop, wait_listening
 from library.models import Book, Branch
-from tests.processes import ROOT, child_env, free_port, stop, wait_for_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -49,13 +49,13 @@ def daphne(library, tmp_path: Path):
                 "config.asgi:application",
             ],
             cwd=ROOT,
-            env={**child_env(), "LIBRARY_LAB_ROUTES": "on"},
+            env={**child_environment(), "LIBRARY_LAB_ROUTES": "on"},
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
     try:
-        wait_for_port(port, process)
+        wait_listening(port, process)
         yield port, stderr_path
     finally:
         stop(process)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 
 import pytest
@@ -11,28 +10,19 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from config.asgi import application
-from library.models import Book, Branch, Member
+from library.models import Book
 from library.permissions import CORRECT_STOCK, permission_get
 from library.services import loan_issue
 from messaging.models import OutboxMessage
 from messaging.services import messaging_drain
 from tests.asgi import Socket
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.asyncio,
+    pytest.mark.usefixtures("redis_client"),
+]
 ORIGIN = (b"origin", b"http://127.0.0.1")
-
-
-@pytest.fixture
-def branch(redis_client):
-    branch = Branch.objects.create(id=1, name="Central", city="Ankara")
-    Book.objects.create(id=1, title="Dune", author="Herbert", branch=branch, on_shelf=2)
-    Book.objects.create(id=2, title="Emma", author="Austen", branch=branch, on_shelf=1)
-    Branch.objects.create(id=2, name="Konak", city="Izmir")
-    Book.objects.create(id=3, title="Ulysses", author="Joyce", branch_id=2, on_shelf=1)
-    Member.objects.create(
-        id=1, first_name="A", last_name="B", registered_at=datetime.date(2024, 1, 1)
-    )
-    return branch
 
 
 def session_cookie(*, staff: bool) -> tuple[bytes, bytes]:
@@ -55,7 +45,7 @@ async def connect(branch_id: int = 1, headers=None) -> Socket:
     return communicator
 
 
-async def test_connect_sends_a_versioned_snapshot(branch):
+async def test_connect_sends_a_versioned_snapshot(library):
     ws = await connect()
     snapshot = await ws.receive_json_from()
     assert snapshot == {
@@ -72,7 +62,7 @@ async def test_connect_sends_a_versioned_snapshot(branch):
     await ws.disconnect()
 
 
-async def test_foreign_origin_is_refused(branch):
+async def test_foreign_origin_is_refused(library):
     communicator = Socket(
         application,
         "/ws/branches/1/stock/",
@@ -82,13 +72,13 @@ async def test_foreign_origin_is_refused(branch):
     assert not connected
 
 
-async def test_unknown_branch_closes_with_4404(branch):
+async def test_unknown_branch_closes_with_4404(library):
     communicator = Socket(application, "/ws/branches/99/stock/", headers=[ORIGIN])
     connected, code = await communicator.connect()
     assert (connected, code) == (False, 4404)
 
 
-async def test_bad_frames_get_error_frames_and_the_connection_stays(branch):
+async def test_bad_frames_get_error_frames_and_the_connection_stays(library):
     ws = await connect()
     await ws.receive_json_from()
     await ws.send_to(text_data="{not json")
@@ -102,7 +92,7 @@ async def test_bad_frames_get_error_frames_and_the_connection_stays(branch):
     await ws.disconnect()
 
 
-async def test_oversized_frame_closes_the_socket(branch):
+async def test_oversized_frame_closes_the_socket(library):
     ws = await connect()
     await ws.receive_json_from()
     await ws.send_to(text_data=json.dumps({"action": "snapshot", "pad": "x" * 5000}))
@@ -110,7 +100,7 @@ async def test_oversized_frame_closes_the_socket(branch):
     assert closed == {"type": "websocket.close", "code": 4009}
 
 
-async def test_visitor_cannot_correct_a_count(branch):
+async def test_visitor_cannot_correct_a_count(library):
     cookie = await sync_to_async(session_cookie)(staff=False)
     ws = await connect(headers=[ORIGIN, cookie])
     await ws.receive_json_from()
@@ -124,7 +114,7 @@ async def test_visitor_cannot_correct_a_count(branch):
     await ws.disconnect()
 
 
-async def test_staff_correction_is_validated_written_and_published(branch):
+async def test_staff_correction_is_validated_written_and_published(library):
     cookie = await sync_to_async(session_cookie)(staff=True)
     ws = await connect(headers=[ORIGIN, cookie])
     await ws.receive_json_from()
@@ -149,7 +139,7 @@ async def test_staff_correction_is_validated_written_and_published(branch):
     await ws.disconnect()
 
 
-async def test_a_loan_reaches_the_branch_socket_as_a_versioned_update(branch):
+async def test_a_loan_reaches_the_branch_socket_as_a_versioned_update(library):
     ws = await connect()
     other_branch = await connect(branch_id=2)
     await ws.receive_json_from()

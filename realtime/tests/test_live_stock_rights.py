@@ -19,19 +19,16 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 
 from config.asgi import application
-from library.models import Book, Branch
+from library.models import Book
 from library.permissions import CORRECT_STOCK, permission_get
 from tests.asgi import Socket
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.asyncio,
+    pytest.mark.usefixtures("redis_client"),
+]
 ORIGIN = (b"origin", b"http://127.0.0.1")
-
-
-@pytest.fixture
-def branch(redis_client: Any) -> Branch:
-    branch = Branch.objects.create(id=1, name="Central", city="Ankara")
-    Book.objects.create(id=1, title="Dune", author="Herbert", branch=branch, on_shelf=2)
-    return branch
 
 
 def signed_in(*, may_correct: bool = True) -> tuple[User, Client]:
@@ -67,7 +64,7 @@ async def on_shelf() -> int:
     return (await Book.objects.aget(pk=1)).on_shelf
 
 
-async def test_correction_is_refused_on_the_same_socket_after_logout(branch):
+async def test_correction_is_refused_on_the_same_socket_after_logout(library):
     _, client = await sync_to_async(signed_in)()
     session_key = client.cookies["sessionid"].value
     ws = await open_socket(client)
@@ -95,7 +92,7 @@ def _revoke(user: User) -> None:
     "change", [_deactivate, _revoke], ids=["deactivated", "revoked"]
 )
 async def test_a_change_of_rights_reaches_an_open_socket(
-    branch, change: Callable[[User], None]
+    library, change: Callable[[User], None]
 ):
     user, client = await sync_to_async(signed_in)()
     ws = await open_socket(client)
@@ -109,7 +106,7 @@ async def test_a_change_of_rights_reaches_an_open_socket(
     await ws.disconnect()
 
 
-async def test_staff_without_the_permission_cannot_correct(branch):
+async def test_staff_without_the_permission_cannot_correct(library):
     _, client = await sync_to_async(signed_in)(may_correct=False)
     ws = await open_socket(client)
     reply = await correct(ws, 9)

@@ -13,7 +13,6 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from library.models import Book, Branch
 from library.services import stock_correct
 from messaging.models import OutboxMessage
 from realtime.polling import LOG_GRACE, log_head
@@ -47,9 +46,7 @@ def _publish_rolled_back() -> None:
         raise _RolledBack
 
 
-def test_a_gap_free_run_is_readable_at_once_and_a_gap_waits_for_the_grace():
-    Branch.objects.create(id=1, name="Central", city="Ankara")
-    Book.objects.create(id=1, title="Dune", author="Herbert", branch_id=1, on_shelf=2)
+def test_a_gap_free_run_is_readable_at_once_and_a_gap_waits_for_the_grace(library):
     anchor = _publish()
     _age(anchor)
     assert log_head() == anchor

@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from config.processes import free_port
 from realtime.views import METRICS_RETRY_AFTER_S
-from tests.processes import free_port
 
 pytestmark = [pytest.mark.django_db]
 URL = "/realtime/metrics"

@@ -7,18 +7,14 @@ import json
 import pytest
 
 from config.asgi import application
-from library.models import Book, Branch
 from tests.asgi import Socket
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.asyncio,
+    pytest.mark.usefixtures("redis_client"),
+]
 ORIGIN = (b"origin", b"http://127.0.0.1")
-
-
-@pytest.fixture
-def branch(redis_client) -> Branch:
-    branch = Branch.objects.create(id=1, name="Central", city="Ankara")
-    Book.objects.create(id=1, title="Dune", author="Herbert", branch=branch, on_shelf=2)
-    return branch
 
 
 @pytest.mark.parametrize(
@@ -27,7 +23,7 @@ def branch(redis_client) -> Branch:
     ids=["open-2000", "open-4000", "mixed-1200", "closed-1500"],
 )
 async def test_deeply_nested_json_gets_an_error_frame_and_the_socket_stays(
-    branch, frame
+    library, frame
 ):
     ws = Socket(application, "/ws/branches/1/stock/", headers=[ORIGIN])
     connected, _ = await ws.connect()

@@ -14,19 +14,14 @@ from django.test import override_settings
 from websockets.typing import Origin
 
 from config.asgi import application
-from library.models import Book, Branch
+from config.processes import free_port, start_daphne, stop
 from tests.asgi import Socket
-from tests.processes import free_port, start_daphne, stop
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("redis_client"),
+]
 PATH = "/ws/branches/1/stock/"
-
-
-@pytest.fixture
-def branch(redis_client):
-    branch = Branch.objects.create(id=1, name="Central", city="Ankara")
-    Book.objects.create(id=1, title="Dune", author="Herbert", branch=branch, on_shelf=2)
-    return branch
 
 
 async def handshake(host: str, origin: str | None, *, scheme: str = "ws") -> bool:
@@ -50,7 +45,7 @@ async def handshake(host: str, origin: str | None, *, scheme: str = "ws") -> boo
         ("localhost:8000", "HTTP://LocalHost:8000"),
     ],
 )
-async def test_the_sites_own_origin_is_accepted(branch, host, origin):
+async def test_the_sites_own_origin_is_accepted(library, host, origin):
     assert await handshake(host, origin)
 
 
@@ -71,11 +66,11 @@ async def test_the_sites_own_origin_is_accepted(branch, host, origin):
         ("127.0.0.1:8000", None),  # no Origin at all
     ],
 )
-async def test_any_other_origin_is_refused(branch, host, origin):
+async def test_any_other_origin_is_refused(library, host, origin):
     assert not await handshake(host, origin)
 
 
-async def test_a_secure_handshake_wants_the_https_origin(branch):
+async def test_a_secure_handshake_wants_the_https_origin(library):
     assert await handshake("127.0.0.1", "https://127.0.0.1", scheme="wss")
     assert not await handshake("127.0.0.1", "http://127.0.0.1", scheme="wss")
 
@@ -83,7 +78,7 @@ async def test_a_secure_handshake_wants_the_https_origin(branch):
 @override_settings(
     CSRF_TRUSTED_ORIGINS=["https://library.example.org", "https://*.example.net:8443"]
 )
-async def test_trusted_origins_match_scheme_host_and_port(branch):
+async def test_trusted_origins_match_scheme_host_and_port(library):
     # A proxy in front may change the Host; the trusted origins still name the page.
     assert await handshake("127.0.0.1:8000", "https://library.example.org")
     assert not await handshake("127.0.0.1:8000", "https://library.example.org:444")
@@ -94,7 +89,7 @@ async def test_trusted_origins_match_scheme_host_and_port(branch):
 
 
 @pytest.mark.processes
-def test_a_real_server_refuses_another_port_and_accepts_its_own(branch):
+def test_a_real_server_refuses_another_port_and_accepts_its_own(library):
     port = free_port()
     server = start_daphne(port)
 

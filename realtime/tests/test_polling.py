@@ -12,14 +12,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import RequestFactory, override_settings
 
+from config.processes import wait_until
 from jobs.models import JobStatus
 from jobs.services import jobstatus_create, jobstatus_progress
 from realtime.polling import counters_read
 from realtime.views import job_wait
-from tests.processes import (
-    lab_daphne,
-    wait_until,
-)
+from tests.processes import lab_daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

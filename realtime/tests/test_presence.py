@@ -22,6 +22,7 @@ from django.conf import settings
 from django.contrib.sessions.backends.db import SessionStore
 
 from config.asgi import application
+from config.processes import free_port
 from library.models import Book, Branch
 from realtime.presence import (
     BROADCAST_INTERVAL_MS,
@@ -34,7 +35,6 @@ from realtime.presence import (
     viewers_key,
 )
 from tests.asgi import Socket
-from tests.processes import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 ORIGIN = (b"origin", b"http://127.0.0.1")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import subprocess
 import time
 import uuid
@@ -24,11 +23,10 @@ from django.conf import settings
 from django.contrib.sessions.backends.db import SessionStore
 from websockets.typing import Origin
 
-from course.instruments.processes import kill_group
+from config.processes import child_environment, free_port, kill, start_daphne, stop
 from library.models import Book, Branch
 from realtime.presence import broadcasts_key
 from tests.browser import needs_chromium
-from tests.processes import child_env, free_port, start_daphne, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 TTL_S = 3
@@ -46,7 +44,7 @@ def library(transactional_db, redis_client):
 @pytest.fixture
 def servers(library):
     """Two daphnes with a short presence TTL; yield their processes and ports."""
-    env = {**child_env(), "REALTIME_PRESENCE_TTL_S": str(TTL_S)}
+    env = {**child_environment(), "REALTIME_PRESENCE_TTL_S": str(TTL_S)}
     started: list[tuple[subprocess.Popen[bytes], int]] = []
     try:
         for _ in range(2):
@@ -143,7 +141,7 @@ def test_viewers_of_a_killed_instance_expire_after_the_ttl(servers, capsys):
         try:
             await all_reach([*on_a, *on_b], 3)
             killed = time.monotonic()
-            await asyncio.to_thread(kill_group, doomed, signal.SIGKILL)
+            await asyncio.to_thread(kill, doomed)
             await on_b[0].until(1, timeout=TTL_S * 5)
             return time.monotonic() - killed
         finally:

@@ -26,15 +26,15 @@ import redis
 import websockets
 from websockets.typing import Origin
 
-from library.models import Book, Branch, Member
-from tests.processes import (
+from config.processes import (
     await_until,
-    child_env,
+    child_environment,
     free_port,
     start_daphne,
     stop,
     wait_until,
 )
+from library.models import Book, Branch, Member
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -114,7 +114,7 @@ def daphne_on_own_redis(
     )
     port = free_port()
     env = {
-        **child_env(),
+        **child_environment(),
         "REDIS_URL": own_redis.url,
         "LIBRARY_REDIS_DB": "0",
         "LIBRARY_LAB_ROUTES": "on",

@@ -19,6 +19,14 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client, override_settings
 
+from config.processes import (
+    await_until,
+    child_environment,
+    free_port,
+    start_daphne,
+    stop,
+    wait_until,
+)
 from jobs.models import JobStatus
 from jobs.services import jobstatus_create, jobstatus_finish, jobstatus_progress
 from library.models import Book, Branch
@@ -28,15 +36,7 @@ from messaging.models import LogRetention, OutboxMessage
 from realtime.polling import LOG_GRACE
 from realtime.sse import STREAMS
 from tests.asgi import http_scope
-from tests.processes import (
-    await_until,
-    child_env,
-    free_port,
-    lab_daphne,
-    start_daphne,
-    stop,
-    wait_until,
-)
+from tests.processes import lab_daphne
 
 # PostgreSQL reads the log behind a commit grace, SQLite does not: streams on each.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.each_database]
@@ -370,7 +370,7 @@ def test_a_commit_wakes_the_streams_without_waiting_for_the_poll(library, redis_
     # A minute between polls and no heartbeat: the client's 20 s read timeout
     # fails the test unless the announcement wakes the stream.
     env = {
-        **child_env(),
+        **child_environment(),
         "REALTIME_POLL_INTERVAL_MS": "60000",
         "REALTIME_SSE_HEARTBEAT_S": "120",
     }

@@ -17,19 +17,17 @@ from django.test import Client, override_settings
 # Imported here, not in a test: loading it sets Django up again, and that resets the
 # logging configuration, dropping the handler pytest's caplog puts on the root.
 from config.asgi import application
+from config.processes import await_until
 from jobs.models import JobStatus
 from jobs.services import jobstatus_create
-from library.models import Branch
 from realtime.limits import Holder, descriptor_report, streams_open
 from tests.asgi import http_scope
-from tests.processes import await_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def job(redis_client) -> JobStatus:
-    Branch.objects.create(id=1, name="Central", city="Ankara")
+def job(redis_client, library) -> JobStatus:
     starter = get_user_model().objects.create_user("starter")
     return jobstatus_create(kind="lab", name="limits-test", params={}, user=starter)
 

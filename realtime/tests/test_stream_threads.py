@@ -14,13 +14,10 @@ import httpx
 import pytest
 from django.db import connection
 
+from config.processes import wait_until
 from jobs.services import jobstatus_create
-from library.models import Book, Branch
 from library.services import stock_correct
-from tests.processes import (
-    lab_daphne,
-    wait_until,
-)
+from tests.processes import lab_daphne
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -53,9 +50,7 @@ async def _until(reader: asyncio.StreamReader, marker: bytes) -> bytes:
 
 
 @pytest.fixture
-def daphne(redis_client):
-    Branch.objects.create(id=1, name="Central", city="Ankara")
-    Book.objects.create(id=1, title="Dune", author="Herbert", branch_id=1, on_shelf=2)
+def daphne(redis_client, library):
     # Hundreds of clients from one address: more than one client's share.
     with lab_daphne(REALTIME_STREAMS_PER_CLIENT="0") as served:
         yield served

@@ -17,10 +17,10 @@ import pytest
 import websockets
 from websockets.typing import Origin
 
+from config.processes import free_port, start_daphne, start_manage, stop
 from library.models import Book, Branch, Member
 from tests.browser import needs_chromium
 from tests.people import DESK_PASSWORD, desk_user
-from tests.processes import free_port, start_daphne, start_manage, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 PASSWORD = DESK_PASSWORD

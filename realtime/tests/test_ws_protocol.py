@@ -13,6 +13,7 @@ import struct
 import pytest
 from django.test import Client
 
+from config.processes import free_port, start_daphne, stop
 from course.instruments import websocket_client
 from course.instruments.websocket_client import (
     BINARY,
@@ -27,7 +28,6 @@ from course.instruments.websocket_client import (
     plain_get,
 )
 from library.models import Book, Branch
-from tests.processes import free_port, start_daphne, stop
 
 PATH = "/ws/branches/1/stock/"
 

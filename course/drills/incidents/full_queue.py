@@ -27,9 +27,9 @@ import django_rq
 from redis import Redis
 from rq.suspension import is_suspended, suspend
 
+from config.processes import ROOT, manage_command
 from course.drills import workload
 from course.drills.incidents.common import Findings, Verdict, settle
-from course.instruments.processes import ROOT, manage_command
 from jobs.bounds import bound_read
 
 

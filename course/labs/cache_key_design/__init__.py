@@ -22,7 +22,8 @@ Model part, ported from the lesson's three experiments on its seven-book catalog
 from __future__ import annotations
 
 from course.labs.cache_key_design import live, model
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.cache_key_design.params import PARAMS, CacheKeyDesignParams
+from course.labs.harness.base import Chart, Lab
 
 __all__ = ["LAB"]
 
@@ -30,19 +31,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="cache-key-design",
     title="Cache Key Design",
-    params=(
-        Param(
-            "requests",
-            "int",
-            400,
-            "list requests in the cardinality stream",
-            minimum=0,
-            maximum=100_000,
-            work="value",
-        ),
-    ),
+    params=PARAMS,
+    params_type=CacheKeyDesignParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="cardinality",

@@ -9,9 +9,18 @@ import re
 from dataclasses import dataclass
 from html import unescape
 
-from course.labs.harness.base import Cell, LabError, Params, Progress, Tables, table
+from course.labs.cache_key_design.params import CacheKeyDesignParams
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    LivePart,
+    Progress,
+    Tables,
+    accepts_all,
+    table,
+)
 from course.labs.harness.live import live_step, new_run_id
-from course.labs.http_caching import live_server
+from course.labs.harness.live_http import daphne_client
 from library import selectors
 from library.cache import reads
 from library.cache.metrics import cache_redis
@@ -51,10 +60,31 @@ def _served_branches(served: Served) -> list[int]:
     return sorted(set(found))
 
 
-def _tenant_row(
-    case: str, key: str, asked: int, served: Served, query: str
-) -> list[Cell]:
-    """Return a ``live_tenants`` row: which branch's books a lookup really served."""
+@dataclass(frozen=True)
+class Lookup:
+    """Which branch's books one lookup really served, checked in the database."""
+
+    case: str
+    key: str
+    asked: int
+    served_branches: list[int]
+    result: str  # leak, correct (the origin's own page) or wrong
+
+
+@dataclass(frozen=True)
+class Leak:
+    served: int
+    foreign_titles: list[str]  # served to the other branch, not its own
+
+
+@dataclass(frozen=True)
+class Measurement:
+    lookups: list[Lookup]
+    leaks: list[Leak]
+
+
+def _lookup(case: str, key: str, asked: int, served: Served, query: str) -> Lookup:
+    """Check what a lookup served against the database's own page for ``asked``."""
     branches = _served_branches(served)
     if any(branch != asked for branch in branches):
         result = "leak"
@@ -62,10 +92,7 @@ def _tenant_row(
         result = "correct"
     else:
         result = "wrong"
-    shown: Cell = (
-        branches[0] if len(branches) == 1 else ", ".join(map(str, branches)) or "none"
-    )
-    return [case, key, asked, shown, result]
+    return Lookup(case, key, asked, branches, result)
 
 
 def _naive_lookup(key: str, branch: int, query: str) -> tuple[str, Served]:
@@ -100,7 +127,7 @@ def _page_served(html: str) -> Served:
     return Served(ids, [unescape(title) for title in titles])
 
 
-def live(params: Params, progress: Progress) -> Tables:
+def measure(params: CacheKeyDesignParams, progress: Progress) -> Measurement:
     """Ask the real store and the real pages whether one branch sees another's books.
 
     1. A deliberately naive cache-aside on the real Redis: the search for branch 2 is
@@ -115,7 +142,6 @@ def live(params: Params, progress: Progress) -> Tables:
 
     The naive keys carry the run's id and are deleted at the end.
     """
-
     query = LIVE_QUERY
     branches = (LIVE_OWNER, LIVE_OTHER)
     missing = [b for b in branches if not Branch.objects.filter(pk=b).exists()]
@@ -126,14 +152,14 @@ def live(params: Params, progress: Progress) -> Tables:
             raise LabError(f"live: branch {branch} has no book matching {query!r}")
     run = new_run_id()
     naive_key = f"lab-{run}:search:{query}"
-    rows: list[list[Cell]] = []
-    leak: list[list[Cell]] = []
+    lookups: list[Lookup] = []
+    leaks: list[Leak] = []
     try:
         live_step(progress, 0.05, "hand-glued key on the real Redis")
         for branch in branches:
             source, served = _naive_lookup(naive_key, branch, query)
             case = f"branch {branch}, key without the branch ({source})"
-            rows.append(_tenant_row(case, naive_key, branch, served, query))
+            lookups.append(_lookup(case, naive_key, branch, served, query))
             if branch == LIVE_OTHER:
                 own = set(_origin_page(branch, query).ids)
                 foreign = [
@@ -141,7 +167,7 @@ def live(params: Params, progress: Progress) -> Tables:
                     for book_id, title in zip(served.ids, served.titles, strict=True)
                     if book_id not in own
                 ]
-                leak.append([len(served.ids), len(foreign), ", ".join(foreign)])
+                leaks.append(Leak(len(served.ids), foreign))
     finally:
         cache_redis().delete(naive_key)
 
@@ -153,11 +179,10 @@ def live(params: Params, progress: Progress) -> Tables:
         books = list(found[1].object_list)
         served = Served([b.pk for b in books], [b.title for b in books])
         key = _generated_key(branch, query)
-        rows.append(
-            _tenant_row(f"branch {branch}, generated key", key, branch, served, query)
-        )
+        case = f"branch {branch}, generated key"
+        lookups.append(_lookup(case, key, branch, served, query))
 
-    with live_server(progress) as client:
+    with daphne_client(progress) as client:
         for index, branch in enumerate(branches):
             path = f"/branches/{branch}/books/"
             live_step(progress, 0.6 + 0.15 * index, f"GET {path}?q={query}")
@@ -167,10 +192,33 @@ def live(params: Params, progress: Progress) -> Tables:
             served = _page_served(response.text)
             key = _generated_key(branch, query)
             case = f"GET {path}?q={query} (real daphne)"
-            rows.append(_tenant_row(case, key, branch, served, query))
+            lookups.append(_lookup(case, key, branch, served, query))
+    return Measurement(lookups, leaks)
+
+
+def tables(params: CacheKeyDesignParams, measured: Measurement) -> Tables:
+    """Each lookup with the branch it served; the leak's foreign books."""
+    rows: list[list[Cell]] = []
+    for found in measured.lookups:
+        branches = found.served_branches
+        shown: Cell = (
+            branches[0]
+            if len(branches) == 1
+            else ", ".join(map(str, branches)) or "none"
+        )
+        rows.append([found.case, found.key, found.asked, shown, found.result])
     return {
         "live_tenants": table(
             ["case", "key", "branch_asked", "branch_served", "result"], rows
         ),
-        "live_leak": table(["served", "foreign", "foreign_titles"], leak),
+        "live_leak": table(
+            ["served", "foreign", "foreign_titles"],
+            [
+                [leak.served, len(leak.foreign_titles), ", ".join(leak.foreign_titles)]
+                for leak in measured.leaks
+            ],
+        ),
     }
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

@@ -11,7 +11,8 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from functools import partial
 
-from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.cache_key_design.params import CacheKeyDesignParams
+from course.labs.harness.base import Cell, Progress, Tables, table
 from course.labs.harness.jsnum import js_fixed_number
 from library.cache.keys import CriterionValue, cache_key
 
@@ -272,8 +273,8 @@ def cardinality_rows(
     return rows
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    requests = int_param(params, "requests")
+def model(params: CacheKeyDesignParams, progress: Progress) -> Tables:
+    requests = params.requests
     progress(0.05, "keys: the generator on the lesson's cases")
     keys, checks = key_rows()
     with open_catalogue() as catalogue:

@@ -17,26 +17,27 @@ from course.labs.cache_layers.model import (
     request_stream,
     share_pct,
 )
+from course.labs.cache_layers.params import CacheLayersParams
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_param,
     table,
 )
 from course.labs.harness.jsnum import js_fixed_number
 from course.labs.harness.live import live_step, new_run_id
 from course.labs.harness.live_http import (
+    Counters,
     client_for,
     counters,
     counters_delta,
     counters_settled,
     daphnes,
     server_cold,
+    signed_in_staff,
 )
-from course.labs.http_caching import signed_in_staff
 from library.models import Book, Branch, Member
 
 # --- live part: real HTTP through a client cache and an edge to a real daphne -------
@@ -48,7 +49,7 @@ LIVE_NAMESPACES = tuple(LIVE_KINDS.values())
 PAGE_NAMESPACE = "page"
 COUNTED_NAMESPACES = (*LIVE_NAMESPACES, PAGE_NAMESPACE)
 # The branch page's fresh window in the lab's servers: longer than any run, so the
-# counts do not depend on the machine's speed (see ``live``).
+# counts do not depend on the machine's speed (see ``measure``).
 LIVE_STOCK_FRESH_S = 600
 LIVE_ENV = {"LIBRARY_CACHE_STOCK_FRESH_S": str(LIVE_STOCK_FRESH_S)}
 
@@ -74,7 +75,7 @@ class LivePages:
         return f"/branches/{self.branches[0]}/books/"
 
 
-def _live_pages(members_needed: int) -> LivePages:
+def live_pages(members_needed: int) -> LivePages:
 
     def first(model: type[Book] | type[Branch] | type[Member], count: int) -> list[int]:
         ids = [
@@ -182,7 +183,31 @@ def repetition_live(
     return time.monotonic() - started
 
 
-def live(params: Params, progress: Progress) -> Tables:
+def live_check(params: CacheLayersParams) -> str | None:
+    """Refuse a chain without the server cache: the live server always caches."""
+    if params.server_capacity == 0:
+        # The live server cache is Redis, and the application cannot switch it off
+        # for one tier of the chain while the other daphne still reads through it.
+        return (
+            "server_capacity: 0 (server cache off) runs in the model only; the live "
+            "server always caches"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What the two streams did on the real servers."""
+
+    chain: ChainRun  # answered by the client and edge caches, sent over HTTP
+    chain_counts: Counters  # the cached server's own counters, per namespace
+    repetition_requests: int
+    repetition_pages: int  # distinct real pages the repetition stream read
+    repetition_counts: Counters  # the uncached server's counters, per namespace
+    repetition_s: float
+
+
+def measure(params: CacheLayersParams, progress: Progress) -> Measurement:
     """Run both streams against the real application over HTTP.
 
     1. Two daphne processes start on this database and Redis: one with the cache
@@ -217,19 +242,11 @@ def live(params: Params, progress: Progress) -> Tables:
     Traffic of the installation on the same Redis during the run is counted too.
     """
 
-    if int_param(params, "server_capacity") == 0:
-        # The live server cache is Redis, and the application cannot switch it off
-        # for one tier of the chain while the other daphne still reads through it.
-        raise LabError(
-            "server_capacity: 0 (server cache off) runs in the model only; the live "
-            "server always caches"
-        )
-    requests, seed = int_param(params, "requests"), int_param(params, "seed")
-    chain = chain_stream(requests, int_param(params, "users"), seed)
-    repeated = request_stream(requests, seed)
+    chain = chain_stream(params.requests, params.users, params.seed)
+    repeated = request_stream(params.requests, params.seed)
     chain_members = {ident for _, kind, ident in chain if kind == "member"}
     stream_members = {ident for kind, ident in repeated if kind == "member"}
-    pages = _live_pages(max(chain_members | stream_members, default=0))
+    pages = live_pages(max(chain_members | stream_members, default=0))
     with (
         daphnes(progress, ["on", "off"], env=LIVE_ENV) as (cached, uncached),
         client_for(cached) as anonymous,
@@ -249,8 +266,8 @@ def live(params: Params, progress: Progress) -> Tables:
                 pages,
                 anonymous=anonymous,
                 signed_in=signed_in,
-                client_capacity=int_param(params, "client_capacity"),
-                edge_capacity=int_param(params, "edge_capacity"),
+                client_capacity=params.client_capacity,
+                edge_capacity=params.edge_capacity,
                 progress=progress,
             )
         finally:
@@ -258,7 +275,7 @@ def live(params: Params, progress: Progress) -> Tables:
             # own lifetime applies again from its next read.
             server_cold(branches=pages.branches)
         live_step(progress, 0.62, "chain: reading the server's own counters")
-        chain_delta = counters_delta(
+        chain_counts = counters_delta(
             counters_settled([cached], COUNTED_NAMESPACES, flush_path=pages.flush_path),
             before,
         )
@@ -272,46 +289,58 @@ def live(params: Params, progress: Progress) -> Tables:
             repetition_s = repetition_live(
                 repeated, pages, anonymous=plain, signed_in=plain_signed_in
             )
-            repetition_delta = counters_delta(
+            repetition_counts = counters_delta(
                 counters_settled(
                     [uncached], COUNTED_NAMESPACES, flush_path=pages.flush_path
                 ),
                 before,
             )
-    origin = sum(chain_delta[n]["origin_calls"] for n in LIVE_NAMESPACES)
+    return Measurement(
+        chain=run,
+        chain_counts=chain_counts,
+        repetition_requests=len(repeated),
+        repetition_pages=len({pages.path(kind, ident) for kind, ident in repeated}),
+        repetition_counts=repetition_counts,
+        repetition_s=repetition_s,
+    )
+
+
+def tables(params: CacheLayersParams, measured: Measurement) -> Tables:
+    """Credit each request to its layer; the origin is the calls the server counted."""
+    run, chain_counts = measured.chain, measured.chain_counts
+    origin = sum(chain_counts[n]["origin_calls"] for n in LIVE_NAMESPACES)
     sent = sum(run.sent.values())
-    run.layers["server"] = sent - origin
-    run.layers["origin"] = origin
-    unique = len({pages.path(kind, ident) for kind, ident in repeated})
-    queries = sum(repetition_delta[n]["origin_calls"] for n in LIVE_NAMESPACES)
-    server_rows: list[list[Cell]] = []
+    layers = {**run.layers, "server": sent - origin, "origin": origin}
+    unique = measured.repetition_pages
+    queries = sum(
+        measured.repetition_counts[n]["origin_calls"] for n in LIVE_NAMESPACES
+    )
     sent_by_namespace: dict[str, int | None] = {
         namespace: run.sent[kind] for kind, namespace in LIVE_KINDS.items()
     }
-    for namespace in COUNTED_NAMESPACES:
-        found = chain_delta[namespace]
-        server_rows.append(
-            [
-                namespace,
-                sent_by_namespace.get(namespace),
-                found["hits"],
-                found["misses"],
-                found["origin_calls"],
-                found["stale_served"],
-            ]
-        )
+    server_rows: list[list[Cell]] = [
+        [
+            namespace,
+            sent_by_namespace.get(namespace),
+            chain_counts[namespace]["hits"],
+            chain_counts[namespace]["misses"],
+            chain_counts[namespace]["origin_calls"],
+            chain_counts[namespace]["stale_served"],
+        ]
+        for namespace in COUNTED_NAMESPACES
+    ]
     return {
         "live_repetition": table(
             ["requests", "unique_keys", "origin_queries", "repeat_queries"],
-            [[len(repeated), unique, queries, queries - unique]],
+            [[measured.repetition_requests, unique, queries, queries - unique]],
         ),
         "live_chain": table(
             ["layer", "requests", "share_pct"],
             [
                 [
                     layer,
-                    run.layers[layer],
-                    js_fixed_number(share_pct(run.layers[layer], requests)),
+                    layers[layer],
+                    js_fixed_number(share_pct(layers[layer], params.requests)),
                 ]
                 for layer in LAYERS
             ],
@@ -331,7 +360,14 @@ def live(params: Params, progress: Progress) -> Tables:
             ["stream", "http_requests", "wall_s"],
             [
                 ["chain", sent, round(run.wall_s, 2)],
-                ["repetition", len(repeated), round(repetition_s, 2)],
+                [
+                    "repetition",
+                    measured.repetition_requests,
+                    round(measured.repetition_s, 2),
+                ],
             ],
         ),
     }
+
+
+LIVE = LivePart(check=live_check, measure=measure, tables=tables)

@@ -4,7 +4,8 @@ the client / edge / server chain, computed in-process.
 
 from __future__ import annotations
 
-from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.cache_layers.params import CacheLayersParams
+from course.labs.harness.base import Cell, Progress, Tables, table
 from course.labs.harness.jsnum import JsLcg, js_fixed_number
 
 # Kinds whose answer is the same for every member, so shared caches may keep them.
@@ -153,18 +154,18 @@ def chain_stream(requests: int, users: int, seed: int) -> list[tuple[int, str, i
     return stream
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    requests, seed = int_param(params, "requests"), int_param(params, "seed")
+def model(params: CacheLayersParams, progress: Progress) -> Tables:
+    requests, seed = params.requests, params.seed
     progress(0.05, "repetition: every request goes to the origin")
     repeated = repetition(requests, seed)
     progress(0.2, "chain: client, edge, server, origin")
     counts = chain_counts(
         requests=requests,
-        users=int_param(params, "users"),
+        users=params.users,
         seed=seed,
-        client_capacity=int_param(params, "client_capacity"),
-        edge_capacity=int_param(params, "edge_capacity"),
-        server_capacity=int_param(params, "server_capacity"),
+        client_capacity=params.client_capacity,
+        edge_capacity=params.edge_capacity,
+        server_capacity=params.server_capacity,
         progress=progress,
     )
     # The course prints (n / requests * 100).toFixed(1); with no requests that is NaN.

@@ -16,15 +16,15 @@ queried from SQLite. The values matter only through their JSON size, and a deriv
 row serialises to the same text as the row the lesson's query returns, in the same
 column order.
 
-The live part (``live``) runs both workloads through the application's bounded
+The live part (``live.py``) runs both workloads through the application's bounded
 in-process tier and reads the counts back from its metrics.
 """
 
 from __future__ import annotations
 
 from course.labs.cache_metrics import live, model
-from course.labs.harness.base import Chart, Lab, Param
-from course.labs.harness.jsnum import SEED_MAX
+from course.labs.cache_metrics.params import PARAMS, CacheMetricsParams
+from course.labs.harness.base import Chart, Lab
 
 __all__ = ["LAB"]
 
@@ -32,38 +32,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="cache-metrics",
     title="Cache Metrics",
-    params=(
-        Param(
-            "requests",
-            "int",
-            2000,
-            "requests in each workload",
-            minimum=0,
-            maximum=200_000,
-            work="value",
-        ),
-        Param("seed", "int", 20250729, "generator seed", minimum=0, maximum=SEED_MAX),
-        Param(
-            "capacities",
-            "int_list",
-            [4, 8, 16, 32, 64, 128],
-            "cache sizes to compare, one row each (0: no cache; none: no rows)",
-            minimum=0,
-            min_items=0,
-            maximum=1_000_000,
-            work="count",
-        ),
-        Param(
-            "breakdown_capacity",
-            "int",
-            64,
-            "cache size of the namespace breakdown (0: no cache)",
-            minimum=0,
-            maximum=1_000_000,
-        ),
-    ),
+    params=PARAMS,
+    params_type=CacheMetricsParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="capacity",

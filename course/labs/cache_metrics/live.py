@@ -18,14 +18,14 @@ from course.labs.cache_metrics.model import (
     ratio_pct,
     workload,
 )
+from course.labs.cache_metrics.params import CacheMetricsParams
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
+    accepts_all,
     table,
 )
 from course.labs.harness.dataset_shape import BRANCH_COUNT, MEMBER_COUNT
@@ -194,7 +194,19 @@ def _total(counts: dict[str, NamespaceMetrics], field_name: str) -> int:
     return sum(int(cast("dict[str, int]", m)[field_name]) for m in counts.values())
 
 
-def live(params: Params, progress: Progress) -> Tables:
+Counts = dict[str, "NamespaceMetrics"]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The application's metrics of each cache the run used, per kind of read."""
+
+    by_capacity: list[tuple[int, Counts]]  # the capacity workload, one per size
+    full: Counts  # the breakdown workload, every namespace cached
+    lean: Counts  # the same, member histories answered by the origin
+
+
+def measure(params: CacheMetricsParams, progress: Progress) -> Measurement:
     """Ask the application's bounded cache and its metrics the lesson's questions.
 
     The cache is ``library.cache.store.LocalTier``, the application's in-process
@@ -219,8 +231,6 @@ def live(params: Params, progress: Progress) -> Tables:
     at the end.
     """
 
-    count, seed = int_param(params, "requests"), int_param(params, "seed")
-    capacities = int_list_param(params, "capacities")
     catalogue = LiveCatalogue.load()
     run = new_run_id()
     started = time.time()
@@ -233,31 +243,21 @@ def live(params: Params, progress: Progress) -> Tables:
         )
 
     try:
-        capacity_rows: list[list[Cell]] = []
-        requests = workload(count, seed, CAPACITY_MIX)
-        for i, capacity in enumerate(capacities):
+        by_capacity: list[tuple[int, Counts]] = []
+        requests = workload(params.requests, params.seed, CAPACITY_MIX)
+        for i, capacity in enumerate(params.capacities):
             live_step(
-                progress, 0.05 + 0.6 * i / len(capacities), f"capacity {capacity}"
+                progress,
+                0.05 + 0.6 * i / len(params.capacities),
+                f"capacity {capacity}",
             )
             cache_ = cache_for(f"c{capacity}", capacity, with_year=True)
             for kind, ident in requests:
                 cache_.get(kind, ident)
-            counts = _counts(cache_.prefix, started)
-            hits, misses = _total(counts, "hits"), _total(counts, "misses")
-            capacity_rows.append(
-                [
-                    capacity,
-                    hits,
-                    misses,
-                    ratio_pct(hits, hits + misses),
-                    _total(counts, "evictions"),
-                    _total(counts, "origin_calls"),
-                    _total(counts, "origin_ms_total"),
-                ]
-            )
+            by_capacity.append((capacity, _counts(cache_.prefix, started)))
 
-        mixed = workload(count, seed, BREAKDOWN_MIX)
-        size = int_param(params, "breakdown_capacity")
+        mixed = workload(params.requests, params.seed, BREAKDOWN_MIX)
+        size = params.breakdown_capacity
         live_step(progress, 0.7, "breakdown: every namespace cached")
         full = cache_for("full", size, with_year=False)
         for kind, ident in mixed:
@@ -269,13 +269,34 @@ def live(params: Params, progress: Progress) -> Tables:
                 lean.bypass(kind, ident)
             else:
                 lean.get(kind, ident)
-        by_kind = _counts(full.prefix, started)
-        lean_counts = _counts(lean.prefix, started)
+        return Measurement(
+            by_capacity=by_capacity,
+            full=_counts(full.prefix, started),
+            lean=_counts(lean.prefix, started),
+        )
     finally:
         for prefix in prefixes:
             for kind in NAMESPACES:
                 metrics_reset(f"{prefix}{kind}")
 
+
+def tables(params: CacheMetricsParams, measured: Measurement) -> Tables:
+    """The model's tables, from the counts the application's metrics recorded."""
+    capacity_rows: list[list[Cell]] = []
+    for capacity, counts in measured.by_capacity:
+        hits, misses = _total(counts, "hits"), _total(counts, "misses")
+        capacity_rows.append(
+            [
+                capacity,
+                hits,
+                misses,
+                ratio_pct(hits, hits + misses),
+                _total(counts, "evictions"),
+                _total(counts, "origin_calls"),
+                _total(counts, "origin_ms_total"),
+            ]
+        )
+    by_kind, lean_counts = measured.full, measured.lean
     namespace_rows: list[list[Cell]] = []
     for name in NAMESPACES:
         m = by_kind.get(name)
@@ -333,3 +354,6 @@ def live(params: Params, progress: Progress) -> Tables:
             ],
         ),
     }
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

@@ -9,13 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
+from course.labs.cache_metrics.params import CacheMetricsParams
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
 from course.labs.harness.dataset_shape import (
@@ -295,9 +293,9 @@ def breakdown(
 # --- the lab -------------------------------------------------------------------------
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    count, seed = int_param(params, "requests"), int_param(params, "seed")
-    capacities = int_list_param(params, "capacities")
+def model(params: CacheMetricsParams, progress: Progress) -> Tables:
+    count, seed = params.requests, params.seed
+    capacities = params.capacities
     capacity_requests = workload(count, seed, CAPACITY_MIX)
     capacity_rows: list[list[Cell]] = []
     for i, capacity in enumerate(capacities):
@@ -306,7 +304,7 @@ def model(params: Params, progress: Progress) -> Tables:
 
     progress(0.6, "breakdown: every namespace cached")
     mixed = workload(count, seed, BREAKDOWN_MIX)
-    size = int_param(params, "breakdown_capacity")
+    size = params.breakdown_capacity
     full = breakdown(mixed, size, frozenset(NAMESPACES))
     progress(0.8, "breakdown: loan histories not cached")
     lean = breakdown(mixed, size, frozenset(NAMESPACES) - {"history"})

@@ -17,7 +17,7 @@ The course keeps each origin in its own SQLite file. Here the origin is a dict o
 counts that counts its reads and writes: every statement the course issues is a
 single-row read or overwrite by primary key, so a database would change no count.
 
-The live part (``live``) runs the same workload and race on the real Redis and
+The live part (``live.py``) runs the same workload and race on the real Redis and
 the real book rows.
 """
 
@@ -25,13 +25,12 @@ from __future__ import annotations
 
 from course.labs.cache_strategies import live, model
 from course.labs.cache_strategies.model import (
-    CATALOGUE_BOOKS,
     Operation,
     ShelfOrigin,
     workload,
 )
-from course.labs.harness.base import Chart, Lab, Param
-from course.labs.harness.jsnum import SEED_MAX
+from course.labs.cache_strategies.params import PARAMS, CacheStrategiesParams
+from course.labs.harness.base import Chart, Lab
 
 __all__ = ["LAB", "Operation", "ShelfOrigin", "workload"]
 
@@ -39,44 +38,10 @@ __all__ = ["LAB", "Operation", "ShelfOrigin", "workload"]
 LAB = Lab(
     slug="cache-strategies",
     title="Cache Strategies",
-    params=(
-        Param(
-            "ops",
-            "int",
-            1200,
-            "operations in the workload",
-            minimum=0,
-            maximum=200_000,
-            work="value",
-        ),
-        Param("seed", "int", 20250729, "generator seed", minimum=0, maximum=SEED_MAX),
-        Param(
-            "write_ratio",
-            "float",
-            0.15,
-            "share of operations that change a shelf count",
-            minimum=0,
-            maximum=1,
-        ),
-        Param(
-            "hot_books",
-            "int",
-            12,
-            "books the workload touches (the catalogue has 60)",
-            minimum=1,
-            maximum=CATALOGUE_BOOKS,
-        ),
-        Param(
-            "flush_every",
-            "int",
-            20,
-            "write-behind flushes after this many writes",
-            minimum=1,
-            maximum=200_000,
-        ),
-    ),
+    params=PARAMS,
+    params_type=CacheStrategiesParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="strategies",

@@ -4,26 +4,37 @@ real store.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from course.labs.cache_strategies.live_race import LiveRace, live_race
 from course.labs.cache_strategies.live_strategies import (
     LIVE_STRATEGY_COLUMNS,
     live_strategy_row,
 )
 from course.labs.cache_strategies.model import RACE_BOOK, STRATEGY_NAMES, workload
+from course.labs.cache_strategies.params import CacheStrategiesParams
 from course.labs.harness.base import (
     Cell,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    float_param,
-    int_param,
+    accepts_all,
     table,
 )
 from course.labs.harness.live import live_step, new_run_id
 from course.labs.harness.live_store import require_books, run_keys, shelves_restored
 
 
-def live(params: Params, progress: Progress) -> Tables:
+@dataclass(frozen=True)
+class Measurement:
+    """Each strategy's real calls (a row each), and the race as it happened."""
+
+    strategies: list[list[Cell]]
+    race_steps: list[list[Cell]]
+    race_outcome: list[list[Cell]]
+
+
+def measure(params: CacheStrategiesParams, progress: Progress) -> Measurement:
     """Run the three strategies and the race on the real Redis and the real books.
 
     1. ``live_strategies`` (columns as ``strategies``): the same seeded workload,
@@ -42,14 +53,12 @@ def live(params: Params, progress: Progress) -> Tables:
 
     The books' shelf counts are put back and the run's entries deleted at the end.
     """
-
     operations = workload(
-        ops=int_param(params, "ops"),
-        seed=int_param(params, "seed"),
-        write_ratio=float_param(params, "write_ratio"),
-        hot_books=int_param(params, "hot_books"),
+        ops=params.ops,
+        seed=params.seed,
+        write_ratio=params.write_ratio,
+        hot_books=params.hot_books,
     )
-    flush_every = int_param(params, "flush_every")
     books = sorted({op.book for op in operations} | {RACE_BOOK})
     require_books(books)
     run = new_run_id()
@@ -58,15 +67,23 @@ def live(params: Params, progress: Progress) -> Tables:
     with run_keys(run), shelves_restored(books):
         for i, name in enumerate(STRATEGY_NAMES):
             live_step(progress, 0.1 + 0.25 * i, f"strategies on Redis: {name}")
-            rows.append(live_strategy_row(name, run, operations, flush_every))
+            rows.append(live_strategy_row(name, run, operations, params.flush_every))
         live_step(progress, 0.85, "race: two threads, plain key and versioned key")
         live_race(run, race)
+    return Measurement(rows, race.rows, race.outcome)
+
+
+def tables(params: CacheStrategiesParams, measured: Measurement) -> Tables:
+    """The strategies' counts in the model's columns, and the race's steps."""
     return {
-        "live_strategies": table(LIVE_STRATEGY_COLUMNS, rows),
+        "live_strategies": table(LIVE_STRATEGY_COLUMNS, measured.strategies),
         "live_race": table(
-            ["key_form", "step", "action", "cache", "origin"], race.rows
+            ["key_form", "step", "action", "cache", "origin"], measured.race_steps
         ),
         "live_race_outcome": table(
-            ["key_form", "reads", "stale", "key_moved"], race.outcome
+            ["key_form", "reads", "stale", "key_moved"], measured.race_outcome
         ),
     }
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

@@ -7,18 +7,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from course.labs.cache_strategies.params import CATALOGUE_BOOKS, CacheStrategiesParams
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    float_param,
-    int_param,
     table,
 )
 from course.labs.harness.jsnum import JsLcg
 
-CATALOGUE_BOOKS = 60  # the lesson's book table holds 60 titles
 COPIES_ON_SHELF = 3  # ...each starting with three copies on the shelf
 RACE_BOOK = 7
 RACE_READS = 50
@@ -217,15 +214,15 @@ def race_rows() -> list[list[Cell]]:
     return rows
 
 
-def model(params: Params, progress: Progress) -> Tables:
+def model(params: CacheStrategiesParams, progress: Progress) -> Tables:
     progress(0.05, "building the workload")
     operations = workload(
-        ops=int_param(params, "ops"),
-        seed=int_param(params, "seed"),
-        write_ratio=float_param(params, "write_ratio"),
-        hot_books=int_param(params, "hot_books"),
+        ops=params.ops,
+        seed=params.seed,
+        write_ratio=params.write_ratio,
+        hot_books=params.hot_books,
     )
-    flush_every = int_param(params, "flush_every")
+    flush_every = params.flush_every
     rows: list[list[Cell]] = []
     for i, name in enumerate(STRATEGY_NAMES):
         progress(0.1 + 0.25 * i, f"strategies: {name}")

@@ -29,7 +29,8 @@ course, which only looks the set up for existing messages.
 from __future__ import annotations
 
 from course.labs.dead_letter_queues import live, model
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.dead_letter_queues.params import PARAMS, DeadLetterQueuesParams
+from course.labs.harness.base import Chart, Lab
 
 __all__ = ["LAB"]
 
@@ -37,47 +38,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="dead-letter-queues",
     title="Dead-Letter Queues",
-    params=(
-        Param(
-            "messages",
-            "int",
-            20,
-            "overdue notifications (0: none to deliver)",
-            minimum=0,
-            maximum=5000,
-            work="value",
-        ),
-        Param(
-            "permanent",
-            "int_list",
-            [7, 13],
-            "message ids that fail on every attempt (none: every message can succeed)",
-            minimum=1,
-            maximum=5000,
-            min_items=0,
-            max_items=50,
-        ),
-        Param(
-            "threshold",
-            "int",
-            3,
-            "attempts before a message is isolated (third retry row, redrive)",
-            minimum=1,
-            maximum=100,
-        ),
-        Param(
-            "thresholds",
-            "int_list",
-            [1, 2, 3, 5, 8],
-            "threshold values compared in the selection table (none: no rows)",
-            minimum=1,
-            maximum=100,
-            min_items=0,
-            work="count",
-        ),
-    ),
+    params=PARAMS,
+    params_type=DeadLetterQueuesParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="retry_settings",

@@ -8,13 +8,11 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
+from course.labs.dead_letter_queues.params import DeadLetterQueuesParams
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
 
@@ -254,19 +252,16 @@ def workload_row(messages: int, permanent: set[int]) -> list[Cell]:
     return [messages, needed.count(0), needed.count(3), needed.count(5)]
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    messages = int_param(params, "messages")
-    permanent = set(int_list_param(params, "permanent"))
-    threshold = int_param(params, "threshold")
+def model(params: DeadLetterQueuesParams, progress: Progress) -> Tables:
+    messages = params.messages
+    permanent = set(params.permanent)
+    threshold = params.threshold
     progress(0.05, "retry: unbounded retry against a threshold")
     retry = retry_rows(messages, permanent, threshold)
     progress(0.45, "dead letters: records, then redrive after the fix")
     records, redriven = redrive(messages, permanent, threshold)
     progress(0.7, "selection: wasted attempts against wrongful isolation")
-    selection = [
-        selection_row(messages, permanent, t)
-        for t in int_list_param(params, "thresholds")
-    ]
+    selection = [selection_row(messages, permanent, t) for t in params.thresholds]
     return {
         "retry": table(
             [

@@ -25,7 +25,8 @@ where the crash set is only consulted for the messages being processed.
 from __future__ import annotations
 
 from course.labs.delivery_semantics import live, model
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.delivery_semantics.params import PARAMS, DeliverySemanticsParams
+from course.labs.harness.base import Chart, Lab
 
 __all__ = ["LAB"]
 
@@ -33,29 +34,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="delivery-semantics",
     title="Delivery Semantics",
-    params=(
-        Param(
-            "messages",
-            "int",
-            12,
-            "overdue notifications in the outbox (0: an empty outbox)",
-            minimum=0,
-            maximum=5000,
-            work="value",
-        ),
-        Param(
-            "crashes",
-            "int_list",
-            [3, 7, 11],
-            "message ids whose first attempt dies half-way (none: no crash)",
-            minimum=1,
-            maximum=5000,
-            min_items=0,
-            max_items=50,
-        ),
-    ),
+    params=PARAMS,
+    params_type=DeliverySemanticsParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="modes",

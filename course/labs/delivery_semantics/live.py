@@ -4,6 +4,7 @@ and the messaging spine.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -11,15 +12,13 @@ from rq import Retry
 
 from course.instruments.probes import crash_token
 from course.labs.delivery_semantics.model import Counts
+from course.labs.delivery_semantics.params import DeliverySemanticsParams
 from course.labs.harness import live as harness
 from course.labs.harness.base import (
     Cell,
-    LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
 from course.labs.harness.live_jobs import probe_at_least_once, probe_at_most_once
@@ -34,9 +33,24 @@ LIVE_MAX_MESSAGES = 200
 LIVE_MODE_COLUMNS = ["mode", "delivered", "effect", "lost", "repeated"]
 
 
+@dataclass(frozen=True)
+class Delivered:
+    """One mode's run: the deliveries counted and the effects the probes left."""
+
+    mode: str
+    delivered: int
+    effects: harness.EffectCounts
+
+
+@dataclass(frozen=True)
+class Measurement:
+    messages: int
+    modes: list[Delivered]
+
+
 def _live_rq_mode(
     system: LiveSystem, mode: str, run: str, messages: int, crashes: set[int]
-) -> Counts:
+) -> Delivered:
     """One rq job per message on the run's private queue; wait until all settle."""
 
     job_ids = []
@@ -64,18 +78,12 @@ def _live_rq_mode(
         detail=lambda: f"{harness.deliveries_counted(run, mode)} deliveries counted",
     )
     delivered = harness.deliveries_counted(run, mode)
-    effects = harness.effect_counts(run)
-    return Counts(
-        delivered,
-        effects.effect,
-        messages - effects.distinct,
-        effects.effect - effects.distinct,
-    )
+    return Delivered(mode, delivered, harness.effect_counts(run))
 
 
 def _live_spine(
     system: LiveSystem, run: str, messages: int, crashes: set[int], progress: Progress
-) -> Counts:
+) -> Delivered:
     """Publish through the outbox, one message at a time; count claims and effects.
 
     The next message is published once the previous one has been claimed: a drain
@@ -103,16 +111,26 @@ def _live_spine(
         timeout=30 + 4 * len(crashes),
         system=system,
     )
-    effects = harness.effect_counts(run)
-    return Counts(
-        harness.attempts_total(ids.values()),
-        effects.effect,
-        messages - effects.distinct,
-        effects.effect - effects.distinct,
-    )
+    attempts = harness.attempts_total(ids.values())
+    return Delivered("deduplication", attempts, harness.effect_counts(run))
 
 
-def live(params: Params, progress: Progress) -> Tables:
+def live_check(params: DeliverySemanticsParams) -> str | None:
+    """Refuse an empty outbox and more messages than real processes take in time."""
+    if params.messages == 0:
+        return (
+            "messages: 0 (an empty outbox) runs in the model only; the live part "
+            "needs at least 1 message to deliver"
+        )
+    if params.messages > LIVE_MAX_MESSAGES:
+        return (
+            f"live: at most {LIVE_MAX_MESSAGES} messages on real processes, "
+            f"got {params.messages}"
+        )
+    return None
+
+
+def measure(params: DeliverySemanticsParams, progress: Progress) -> Measurement:
     """Ask real processes: rq by default, rq with Retry, and the outbox spine.
 
     Every crash hits the first attempt of a message listed in ``crashes``: the
@@ -120,26 +138,34 @@ def live(params: Params, progress: Progress) -> Tables:
     effect at least once, inside the effect's transaction with the spine).
     """
 
-    messages = int_param(params, "messages")
-    if messages == 0:
-        raise LabError(
-            "messages: 0 (an empty outbox) runs in the model only; the live part "
-            "needs at least 1 message to deliver"
-        )
-    if messages > LIVE_MAX_MESSAGES:
-        raise LabError(
-            f"live: at most {LIVE_MAX_MESSAGES} messages on real processes, "
-            f"got {messages}"
-        )
-    crashes = {n for n in int_list_param(params, "crashes") if n <= messages}
+    messages = params.messages
+    crashes = {n for n in params.crashes if n <= messages}
     run = harness.new_run_id()
-    rows: list[list[Cell]] = []
+    modes: list[Delivered] = []
     with harness.live_system(run=run, progress=progress, private_queue=True) as system:
         for index, mode in enumerate(("at-most-once", "at-least-once")):
             harness.live_step(progress, 0.1 + 0.3 * index, f"{mode}: rq jobs")
-            counts = _live_rq_mode(system, mode, f"{run}-{mode[:8]}", messages, crashes)
-            rows.append(counts.row(mode))
+            modes.append(
+                _live_rq_mode(system, mode, f"{run}-{mode[:8]}", messages, crashes)
+            )
         harness.live_step(progress, 0.7, "deduplication: the outbox and its guard")
-        counts = _live_spine(system, f"{run}-dedup", messages, crashes, progress)
-        rows.append(counts.row("deduplication"))
+        modes.append(_live_spine(system, f"{run}-dedup", messages, crashes, progress))
+    return Measurement(messages, modes)
+
+
+def tables(params: DeliverySemanticsParams, measured: Measurement) -> Tables:
+    """One row per mode: a message lost has no effect, one repeated has several."""
+    rows: list[list[Cell]] = []
+    for found in measured.modes:
+        effects = found.effects
+        counts = Counts(
+            found.delivered,
+            effects.effect,
+            measured.messages - effects.distinct,
+            effects.effect - effects.distinct,
+        )
+        rows.append(counts.row(found.mode))
     return {"live_modes": table(LIVE_MODE_COLUMNS, rows)}
+
+
+LIVE = LivePart(check=live_check, measure=measure, tables=tables)

@@ -8,13 +8,11 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
+from course.labs.delivery_semantics.params import DeliverySemanticsParams
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
 
@@ -205,9 +203,9 @@ def run_external(*, effect_first: bool, deduplicates: bool) -> Counts:
     return Counts(calls, effect, 1 if effect == 0 else 0, max(0, effect - 1))
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    messages = int_param(params, "messages")
-    crashes = set(int_list_param(params, "crashes"))
+def model(params: DeliverySemanticsParams, progress: Progress) -> Tables:
+    messages = params.messages
+    crashes = set(params.crashes)
     mode_rows: list[list[Cell]] = []
     for i, mode in enumerate(MODES):
         progress(0.05 + 0.25 * i, f"modes: {mode}")

@@ -1,17 +1,28 @@
 """The shape every lab shares: typed parameters, tables, charts and the run itself.
 
-A lab is data plus two functions. The ``model`` part reproduces the lesson's experiment
-with its own throwaway data; the optional ``live`` part asks the running system the
-same question. Both take validated parameters and a progress callback and return
-tables in the contract of ``docs/labs.md``.
+A lab is data plus its two parts. The ``model`` part reproduces the lesson's
+experiment with its own throwaway data; the ``live`` part asks the running system the
+same question. Both read the lab's parameters through a frozen dataclass of their own
+(``LabParams``: one typed field per ``Param``, checked against the list at import) and
+return tables in the contract of ``docs/labs.md``.
+
+A live part (``LivePart``) is three functions, each with one job:
+
+- ``check(params) -> str | None``: what it cannot run (a value only the model can,
+  more than real processes can take), as one line naming the parameter. The form and
+  the request for a run ask it before anything is queued or started;
+- ``measure(params, progress) -> measurement``: start what it needs (through the
+  harness), ask the real system, and return the raw figures as a dataclass;
+- ``tables(params, measurement) -> Tables``: build the tables, a pure function, so
+  tests check them without a process.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from dataclasses import dataclass, field, fields
+from typing import Any, Generic, Literal, Self, TypedDict, TypeVar, get_type_hints
 
 Cell = int | float | str | None
 ParamValue = int | float | str | list[int]
@@ -43,8 +54,8 @@ class ParamError(LabError):
     """A parameter name or value the experiment cannot run with."""
 
 
-class NoLivePart(LabError):
-    """The lab has no live part yet."""
+class LiveRefused(ParamError):
+    """A value the model runs with but the live part cannot (``LivePart.check``)."""
 
 
 def no_progress(fraction: float, label: str) -> None:
@@ -252,24 +263,112 @@ class Chart:
         }
 
 
-LabPart = Callable[[Params, Progress], Tables]
+# The Python type of each kind of parameter: what a ``LabParams`` field declares.
+KIND_TYPES: dict[ParamKind, object] = {
+    "int": int,
+    "float": float,
+    "int_list": list[int],
+    "str": str,
+}
 
 
 @dataclass(frozen=True)
-class Lab:
-    """A lesson's experiment: parameters, a model part and an optional live part."""
+class LabParams:
+    """A lab's parameters, typed: subclass it with one field per ``Param``.
+
+    ``of`` builds it from checked values (``Lab.validate``); a lab's parts read
+    ``params.requests`` instead of looking a name up. ``Lab`` checks at import that the
+    fields are exactly the lab's parameters, each of its kind's type.
+    """
+
+    @classmethod
+    def of(cls, values: Mapping[str, ParamValue]) -> Self:
+        """Return the typed parameters of checked ``values`` (one per field)."""
+        hints = get_type_hints(cls)
+        typed: dict[str, Any] = {
+            item.name: _typed(item.name, hints[item.name], values[item.name])
+            for item in fields(cls)
+        }
+        return cls(**typed)
+
+    @classmethod
+    def mismatch(cls, params: tuple[Param, ...]) -> str | None:
+        """Return how the fields differ from ``params``, or None when they match."""
+        hints = get_type_hints(cls)
+        declared = {item.name: hints[item.name] for item in fields(cls)}
+        wanted = {param.name: KIND_TYPES[param.kind] for param in params}
+        if declared == wanted:
+            return None
+        missing = sorted(set(wanted) - set(declared))
+        extra = sorted(set(declared) - set(wanted))
+        wrong = sorted(
+            name
+            for name in set(wanted) & set(declared)
+            if wanted[name] != declared[name]
+        )
+        return f"missing {missing}, extra {extra}, of the wrong type {wrong}"
+
+
+def _typed(name: str, hint: object, value: ParamValue) -> object:
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ParamError(f"{name}: must be a whole number")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ParamError(f"{name}: must be a number")
+        return float(value)
+    if hint == list[int]:
+        if not isinstance(value, list):
+            raise ParamError(f"{name}: must be a list of whole numbers")
+        return list(value)
+    if not isinstance(value, str):
+        raise ParamError(f"{name}: must be text")
+    return value
+
+
+def accepts_all(params: LabParams) -> str | None:
+    """The ``check`` of a live part that runs every value its model runs."""
+    return None
+
+
+P = TypeVar("P", bound=LabParams)
+M = TypeVar("M")
+
+
+@dataclass(frozen=True)
+class LivePart(Generic[P, M]):
+    """A lab's live part: what it accepts, what it measures, the tables it builds."""
+
+    check: Callable[[P], str | None]
+    measure: Callable[[P, Progress], M]
+    tables: Callable[[P, M], Tables]
+
+    def run(self, params: P, progress: Progress) -> Tables:
+        """Refuse what ``check`` refuses; else measure and build the tables."""
+        reason = self.check(params)
+        if reason:
+            raise LiveRefused(reason)
+        return self.tables(params, self.measure(params, progress))
+
+
+@dataclass(frozen=True)
+class Lab(Generic[P]):
+    """A lesson's experiment: parameters, a model part and a live part."""
 
     slug: str
     title: str
     params: tuple[Param, ...]
-    model: LabPart
-    live: LabPart | None = None
+    # The typed view of ``params`` both parts take (one field per parameter).
+    params_type: type[P]
+    model: Callable[[P, Progress], Tables]
+    live: LivePart[P, Any]
     charts: tuple[Chart, ...] = ()
     # Tables of (label, line) rows the page shows as a monospace transcript, one
     # block per label (a raw stream as it came over the wire).
     transcripts: tuple[str, ...] = ()
     # Cross-parameter rule: return a one-line reason when the combination cannot run.
-    combination_check: Callable[[Params], str | None] | None = None
+    combination_check: Callable[[P], str | None] | None = None
     notes: str = ""
     _by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
 
@@ -279,6 +378,12 @@ class Lab:
             raise ValueError(f"lab {self.slug}: duplicate parameter names")
         for param in self.params:
             param.check(param.default)  # a wrong default is a bug; fail at import
+        mismatch = self.params_type.mismatch(self.params)
+        if mismatch:
+            raise TypeError(
+                f"lab {self.slug}: {self.params_type.__name__} does not match its "
+                f"parameters: {mismatch}"
+            )
         object.__setattr__(self, "_by_name", by_name)
 
     def param(self, name: str) -> Param:
@@ -309,20 +414,36 @@ class Lab:
 
     def _combined(self, values: Params) -> Params:
         if self.combination_check is not None:
-            reason = self.combination_check(values)
+            reason = self.combination_check(self.typed(values))
             if reason:
                 raise ParamError(reason)
         return values
 
+    def typed(self, params: Params) -> P:
+        """Return checked ``params`` as the lab's typed parameters."""
+        return self.params_type.of(params)
+
+    def live_refusal(self, params: Params) -> str | None:
+        """Return why the live part cannot run ``params`` (one line), or None."""
+        return self.live.check(self.typed(params))
+
+    def live_run(self, params: Params, progress: Progress = no_progress) -> Tables:
+        """Run the live part here (the sandbox's child does); refuse what it cannot."""
+        return self.live.run(self.typed(params), progress)
+
     def run(
         self, params: Params, *, live: bool = False, progress: Progress = no_progress
     ) -> LabResult:
-        """Run the model part (and the live part with ``live``) on checked params."""
-        if live and self.live is None:
-            raise NoLivePart(f"{self.slug} has no live part yet; run it without --live")
-        tables = dict(self.model(params, progress))
-        if live and self.live is not None:
-            tables.update(self.live(params, progress))
+        """Run the model part (and the live part with ``live``) on checked params.
+
+        A live run the live part refuses is refused before the model starts.
+        """
+        typed = self.typed(params)
+        if live and (reason := self.live.check(typed)):
+            raise LiveRefused(reason)
+        tables = dict(self.model(typed, progress))
+        if live:
+            tables.update(self.live.run(typed, progress))
         progress(1.0, "done")
         return {
             "lesson": self.slug,
@@ -339,25 +460,3 @@ def _clean_param(value: ParamValue) -> ParamValue:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return _copy(value)
-
-
-def int_param(params: Params, name: str) -> int:
-    """Return a checked whole-number parameter (typed access for models)."""
-    value = params[name]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ParamError(f"{name}: must be a whole number")
-    return value
-
-
-def float_param(params: Params, name: str) -> float:
-    value = params[name]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ParamError(f"{name}: must be a number")
-    return float(value)
-
-
-def int_list_param(params: Params, name: str) -> list[int]:
-    value = params[name]
-    if not isinstance(value, list):
-        raise ParamError(f"{name}: must be a list of whole numbers")
-    return list(value)

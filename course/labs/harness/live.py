@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -39,8 +37,14 @@ from redis import Redis
 from rq import Queue, Retry, Worker
 from rq.job import Job, JobStatus
 
+from config.processes import (
+    WaitTimeout,
+    child_environment,
+    start_manage,
+    stop_all,
+)
+from config.processes import wait_until as process_wait_until
 from course.instruments.probes import LAB_PROBE, crash_token
-from course.instruments.processes import child_environment, start_manage
 from course.labs.harness.base import LabError, Progress
 from course.labs.harness.live_jobs import COUNTER_PREFIX
 from course.models import ProbeEffect
@@ -136,53 +140,6 @@ def _worker_args(
     return ("labchild", "worker", *queues, "--name", name, *idle, *extra)
 
 
-def child_pids(pid: int) -> list[int]:
-    """Return the pids whose parent is ``pid`` (rq's work-horses run in own groups)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces, so split after ")".
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[1] == str(pid):
-            found.append(int(entry.name))
-    return found
-
-
-def process_gone(pid: int) -> bool:
-    """Return whether ``pid`` has exited (gone, or a zombie not yet reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-
-
-def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    """Stop worker processes: SIGTERM (warm shutdown), then SIGKILL them and horses."""
-    for process in processes:
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    for process in processes:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-    for process in processes:
-        if process.poll() is None:
-            # A work-horse calls setpgrp(): the group kill does not reach it.
-            for horse in child_pids(process.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(horse, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
 class _Sweeper(threading.Thread):
     """Call ``messaging.tasks.sweep`` every SWEEP_EVERY_S until stopped."""
 
@@ -248,23 +205,26 @@ def live_system(
         if sweeper.is_alive():
             sweeper.stopped.set()
             sweeper.join(timeout=5)
-        _stop(system.processes)
+        stop_all(system.processes, grace=STOP_TIMEOUT_S)
         _cleanup(run, system.private_queue)
 
 
 def _wait_registered(system: LiveSystem) -> None:
     redis = redis_connection()
     keys = [Worker.redis_worker_namespace_prefix + name for name in system.worker_names]
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        system.check_workers()
-        if all(redis.exists(key) for key in keys):
-            return
-        time.sleep(0.1)
-    raise LabError(
-        f"live: the rq workers did not start in {START_TIMEOUT_S:g} s "
-        "(is Redis reachable? try: manage.py rqworker messaging)"
-    )
+    try:
+        process_wait_until(
+            lambda: all(redis.exists(key) for key in keys),
+            "the rq workers to register",
+            timeout=START_TIMEOUT_S,
+            interval=0.1,
+            alive=system.check_workers,
+        )
+    except WaitTimeout:
+        raise LabError(
+            f"live: the rq workers did not start in {START_TIMEOUT_S:g} s "
+            "(is Redis reachable? try: manage.py rqworker messaging)"
+        ) from None
 
 
 def _cleanup(run: str, private_queue: Queue | None) -> None:
@@ -376,25 +336,31 @@ def rq_jobs_settled(system: LiveSystem, job_ids: Collection[str]) -> bool:
 
 
 def wait_until(
-    check: Callable[[], bool],
+    check: Callable[[], object],
     *,
     what: str,
     timeout: float,
     system: LiveSystem | None = None,
     detail: Callable[[], str] | None = None,
 ) -> float:
-    """Poll ``check`` until it holds; return the seconds waited or raise LabError."""
+    """Poll ``check`` until it holds; return the seconds waited.
+
+    ``system``'s workers are checked between polls: one that died ends the wait
+    with its LabError, and so does ``timeout`` passing first.
+    """
     started = time.monotonic()
-    deadline = started + timeout
-    while True:
-        if check():
-            return time.monotonic() - started
-        if system is not None:
-            system.check_workers()
-        if time.monotonic() >= deadline:
-            extra = f" ({detail()})" if detail is not None else ""
-            raise LabError(
-                f"live: {what} did not settle in {timeout:g} s{extra}; "
-                "are the messaging workers and the database responsive?"
-            )
-        time.sleep(POLL_S)
+    try:
+        process_wait_until(
+            check,
+            what,
+            timeout=timeout,
+            interval=POLL_S,
+            alive=system.check_workers if system is not None else None,
+        )
+    except WaitTimeout:
+        extra = f" ({detail()})" if detail is not None else ""
+        raise LabError(
+            f"live: {what} did not settle in {timeout:g} s{extra}; "
+            "are the messaging workers and the database responsive?"
+        ) from None
+    return time.monotonic() - started

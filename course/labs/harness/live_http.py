@@ -20,20 +20,30 @@ requests and say so.
 from __future__ import annotations
 
 import logging
-import signal
-import socket
+import os
+import re
+import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import httpx
+from django.contrib.auth import get_user_model
 from django.db import connection
 
-from course.instruments.processes import ROOT, child_environment, kill_group
+from config.processes import (
+    ProcessExited,
+    WaitTimeout,
+    child_environment,
+    daphne_command,
+    free_port,
+    start,
+    stop_all,
+    wait_listening,
+)
 from course.labs.harness.base import LabError, Progress
 from course.labs.harness.live import live_step
 from library.cache import reads
@@ -41,6 +51,7 @@ from library.cache.metrics import FLUSH_INTERVAL_S, metrics_read
 from library.cache.pages import page_key
 from library.cache.store import generations_bump
 from library.models import Book
+from library.permissions import ISSUE_LOAN, permission_get
 
 START_TIMEOUT_S: Final = 60.0
 # Past the servers' flush interval, so their next event sends the buffer.
@@ -106,20 +117,6 @@ def request_headers(server: Daphne) -> dict[str, str]:
     return headers
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 @contextmanager
 def daphne_processes(
     envs: Sequence[Mapping[str, str]],
@@ -138,41 +135,31 @@ def daphne_processes(
     servers: list[tuple[int, subprocess.Popen[bytes]]] = []
     try:
         for env in envs:
-            port = _free_port()
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    *("-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
-                    "config.asgi:application",
-                ],
-                cwd=ROOT,
-                env=child_environment(**env),
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+            port = free_port()
+            servers.append(
+                (port, start(daphne_command(port), env=child_environment(**env)))
             )
-            servers.append((port, process))
         if started is not None:
             started([port for port, _ in servers])
         deadline = time.monotonic() + START_TIMEOUT_S
         for port, process in servers:
-            while not _listening(port):
-                code = process.poll()
-                if code is not None:
-                    raise LabError(
-                        f"live: {what} on port {port} exited with status {code}; run"
-                        " it by hand to see why: python -m daphne"
-                        " config.asgi:application"
-                    )
-                if time.monotonic() > deadline:
-                    raise LabError(
-                        f"live: {what} did not listen within {START_TIMEOUT_S:g} s"
-                    )
-                time.sleep(0.1)
+            try:
+                wait_listening(
+                    port, process, timeout=max(0.0, deadline - time.monotonic())
+                )
+            except ProcessExited:
+                raise LabError(
+                    f"live: {what} on port {port} exited with status"
+                    f" {process.returncode}; run it by hand to see why: python -m"
+                    " daphne config.asgi:application"
+                ) from None
+            except WaitTimeout:
+                raise LabError(
+                    f"live: {what} did not listen within {START_TIMEOUT_S:g} s"
+                ) from None
         yield servers
     finally:
-        for _, process in servers:
-            kill_group(process, signal.SIGTERM)
+        stop_all([process for _, process in servers])
 
 
 @contextmanager
@@ -209,6 +196,27 @@ def daphnes(
             ]
     finally:
         quiet.setLevel(level)
+
+
+@contextmanager
+def daphne_client(progress: Progress) -> Iterator[httpx.Client]:
+    """Start daphne on a free port (same database and Redis); yield an httpx client.
+
+    The server keeps this process's LIBRARY_CACHE and is stopped with its whole
+    process group however the block ends.
+    """
+    # The Host header only, as this lab has always sent: request_headers' proxy
+    # header would also bring the CSRF Referer check into its sign-in.
+    cache = os.environ.get("LIBRARY_CACHE", "on")
+    with (
+        daphnes(progress, [cache]) as (server,),
+        httpx.Client(
+            base_url=server.base_url,
+            headers={"Host": host_header(server.port)},
+            timeout=30.0,
+        ) as client,
+    ):
+        yield client
 
 
 def client_for(server: Daphne, **options: object) -> httpx.Client:
@@ -336,3 +344,61 @@ def percentile(values: Sequence[float], share: float) -> float:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * share // 100))
     return ordered[int(rank) - 1]
+
+
+# --- a signed-in staff client --------------------------------------------------------
+
+LOGIN_PATH: Final = "/accounts/login/"
+
+
+def expect_status(response: Any, status: int, what: str) -> Any:
+    """Return ``response`` if it has ``status``; else raise LabError naming ``what``."""
+    if response.status_code != status:
+        raise LabError(
+            f"live: {what} answered {response.status_code}, expected {status}"
+        )
+    return response
+
+
+def csrf_token(html: str) -> str:
+    """Return the CSRF token of the form in ``html``."""
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
+    if found is None:
+        raise LabError("live: the sign-in form carries no CSRF token")
+    return found.group(1)
+
+
+@contextmanager
+def signed_in_staff(client: Any, run: str) -> Iterator[None]:
+    """Create a throwaway staff account, sign in through the real form, and at the
+    end sign out and delete the account."""
+    users = get_user_model()
+    username = f"lab-live-{run}"
+    password = secrets.token_urlsafe(18)
+    account = users.objects.create_user(
+        username=username, password=password, is_staff=True
+    )
+    # The desk's form is one of the pages read; staff alone would get its 403.
+    account.user_permissions.add(permission_get(ISSUE_LOAN))
+    try:
+        form = expect_status(client.get(LOGIN_PATH), 200, "the sign-in form")
+        expect_status(
+            client.post(
+                LOGIN_PATH,
+                data={
+                    "login": username,
+                    "password": password,
+                    "csrfmiddlewaretoken": csrf_token(form.text),
+                },
+            ),
+            302,
+            "signing in",
+        )
+        yield
+    finally:
+        token = client.cookies.get("csrftoken")
+        if token:
+            with suppress(Exception):
+                client.post("/accounts/logout/", data={"csrfmiddlewaretoken": token})
+        client.cookies.clear()
+        users.objects.filter(username=username).delete()

@@ -1,9 +1,10 @@
 """What the loan child of the live labs and the lab that starts it share.
 
 ``labchild loans`` (``course.management.commands.labchild``) issues loans and hands
-their side jobs off, then dies; the rationale lab (``course.labs.rationale.live``)
-starts it and counts which side jobs ever ran. Both need the same list of side jobs
-and the same delay, so they are here, below both.
+their side jobs off, then dies; the rationale lab
+(``course.labs.rationale_for_asynchronous_processing.live``) starts it and counts
+which side jobs ever ran. Both need the same list of side jobs and the same delay,
+so they are here, below both.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from typing import Any
 
 from django.db import transaction
 
+from config.processes import ROOT, child_environment, manage_command
 from course.instruments.probes import LAB_PROBE
-from course.instruments.processes import ROOT, child_environment, manage_command
 from course.labs.harness.base import LabError
 from library.models import Book
 from library.services import stock_correct

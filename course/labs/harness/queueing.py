@@ -25,9 +25,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Final
+from typing import Final, Protocol
 
-from course.labs.harness.base import Cell, Param, Params
+from course.labs.harness.base import Cell, Param
 
 ARRIVALS: Final = ("fixed", "poisson")
 DEFAULT_UTILISATIONS: Final = [50, 70, 80, 90, 95]
@@ -431,32 +431,41 @@ def variability_params(*, max_utilisation: int) -> tuple[Param, ...]:
     )
 
 
-def variability_problem(params: Params) -> str | None:
+class VariabilityParams(Protocol):
+    """The parameters of the variability run, as every lab that has one reads them."""
+
+    @property
+    def arrivals(self) -> str: ...
+
+    @property
+    def service_cv(self) -> float: ...
+
+    @property
+    def utilisations(self) -> list[int]: ...
+
+    @property
+    def variability_jobs(self) -> int: ...
+
+    @property
+    def seed(self) -> int: ...
+
+
+def variability_problem(params: VariabilityParams) -> str | None:
     """Return why the variability settings cannot run (one line), or None."""
-    arrivals = params.get("arrivals")
-    if arrivals not in ARRIVALS:
-        return f"arrivals: must be fixed or poisson, got {arrivals!r}"
+    if params.arrivals not in ARRIVALS:
+        return f"arrivals: must be fixed or poisson, got {params.arrivals!r}"
     return None
 
 
-def scenario_of(params: Params, *, servers: int, mean_service: float) -> Scenario:
+def scenario_of(
+    params: VariabilityParams, *, servers: int, mean_service: float
+) -> Scenario:
     """Read the shared parameters (already checked) into a Scenario."""
-    arrivals = params["arrivals"]
-    cv = params["service_cv"]
-    jobs = params["variability_jobs"]
-    seed = params["seed"]
-    if (
-        not isinstance(arrivals, str)
-        or isinstance(cv, list | str)
-        or not isinstance(jobs, int)
-        or not isinstance(seed, int)
-    ):
-        raise TypeError("variability parameters of the wrong type")
     return Scenario(
         servers=servers,
         mean_service=mean_service,
-        arrivals=arrivals,
-        service_cv=float(cv),
-        jobs=jobs,
-        seed=seed,
+        arrivals=params.arrivals,
+        service_cv=params.service_cv,
+        jobs=params.variability_jobs,
+        seed=params.seed,
     )

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from course.labs.harness.base import Chart, Lab
 from course.labs.http_caching import live, model
-from course.labs.http_caching.live import live_server, signed_in_staff
 from course.labs.http_caching.model import LibraryApi, json_text
+from course.labs.http_caching.params import PARAMS, HttpCachingParams
 
 # The validators are the real system's; re-exported under their old names.
 from library.cache.http import etag_for, http_date, is_not_modified
@@ -39,17 +39,16 @@ __all__ = [
     "http_date",
     "is_not_modified",
     "json_text",
-    "live_server",
-    "signed_in_staff",
 ]
 
 
 LAB = Lab(
     slug="http-caching",
     title="HTTP Caching",
-    params=(),
+    params=PARAMS,
+    params_type=HttpCachingParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="validators",

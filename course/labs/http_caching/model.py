@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from course.labs.harness.base import Cell, Params, Progress, Tables, table
+from course.labs.harness.base import Cell, Progress, Tables, table
+from course.labs.http_caching.params import HttpCachingParams
 from library.cache.http import etag_for, http_date, is_not_modified
 
 
@@ -127,7 +128,7 @@ class LibraryApi:
 # --- the probe --------------------------------------------------------------------
 
 
-def model(params: Params, progress: Progress) -> Tables:
+def model(params: HttpCachingParams, progress: Progress) -> Tables:
     api = LibraryApi()
     book = "/book/7"
     progress(0.1, "first request: the validators")

@@ -23,16 +23,16 @@ the two, so the origin is a dict and the outbox a list; only counts are reported
 The keys of ``orphans`` keep the lesson's hand-built shapes on purpose: building them
 properly is the next lesson, whose lab uses ``library.cache.keys``.
 
-The live part (``live``) changes one real book and times three real read paths,
+The live part (``live.py``) changes one real book and times three real read paths,
 one of them retired by the outbox through a real rq worker.
 """
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
-from course.labs.harness.jsnum import SEED_MAX
+from course.labs.harness.base import Chart, Lab
 from course.labs.invalidation import live, model
 from course.labs.invalidation.live import LIVE_READS_AFTER_FRESH
+from course.labs.invalidation.params import PARAMS, InvalidationParams
 
 __all__ = ["LAB", "LIVE_READS_AFTER_FRESH"]
 
@@ -40,43 +40,10 @@ __all__ = ["LAB", "LIVE_READS_AFTER_FRESH"]
 LAB = Lab(
     slug="invalidation",
     title="Invalidation",
-    params=(
-        Param(
-            "ops",
-            "int",
-            1200,
-            "operations in the workload",
-            minimum=0,
-            maximum=200_000,
-            work="value",
-        ),
-        Param("seed", "int", 20250729, "generator seed", minimum=0, maximum=SEED_MAX),
-        Param(
-            "lifetimes",
-            "int_list",
-            [10, 50, 200],
-            "entry lifetimes in ticks, one time-based row each (none: no such rows)",
-            minimum=0,
-            maximum=1_000_000,
-            min_items=0,
-            max_items=8,
-            work="count",
-        ),
-        Param(
-            "delays",
-            "int_list",
-            [5, 25],
-            "ticks between consumer runs, one event-based row each "
-            "(1: every tick; none: no such rows)",
-            minimum=1,
-            maximum=1_000_000,
-            min_items=0,
-            max_items=8,
-            work="count",
-        ),
-    ),
+    params=PARAMS,
+    params_type=InvalidationParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="invalidation",

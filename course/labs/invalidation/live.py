@@ -6,9 +6,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from course.labs.harness.base import Cell, LabError, Params, Progress, Tables, table
+from config.processes import WaitTimeout
+from config.processes import wait_until as process_wait_until
+from course.labs.harness.base import (
+    Cell,
+    LabError,
+    LivePart,
+    Progress,
+    Tables,
+    accepts_all,
+    table,
+)
 from course.labs.harness.live import live_step, live_system, new_run_id, wait_until
 from course.labs.harness.live_store import (
     LAB_NAMESPACE,
@@ -20,6 +31,7 @@ from course.labs.harness.live_store import (
     shelf_write,
     shelves_restored,
 )
+from course.labs.invalidation.params import InvalidationParams
 from library import selectors
 from library.cache.metrics import cache_redis
 from library.cache.reads import LIST, book_detail, branch_books_page, branch_tenant
@@ -48,18 +60,33 @@ LIVE_COLUMNS = ["invalidation", "reads", "hits", "misses", "stale", "delay_ms"]
 Read = Callable[[], tuple[int, bool]]
 
 
-def _watch(label: str, read: Read, expected: int, committed_at: float) -> list[Cell]:
-    """Read every LIVE_READ_EVERY_S from the commit on; return the row.
+@dataclass(frozen=True)
+class Watch:
+    """One read path watched from the change's commit until it served the new value."""
+
+    label: str
+    reads: int
+    hits: int
+    stale: int
+    delay_ms: float | None  # commit to the first fresh read
+
+
+@dataclass(frozen=True)
+class Measurement:
+    watches: list[Watch]
+
+
+def _watch(label: str, read: Read, expected: int, committed_at: float) -> Watch:
+    """Read every LIVE_READ_EVERY_S from the commit on; return what was served.
 
     ``delay_ms`` is the time from the write's commit to the first read that saw the
     new value; the watch goes on for LIVE_READS_AFTER_FRESH more reads.
     """
-
-    reads = hits = stale = 0
+    reads = hits = stale = fresh_reads = 0
     delay_ms: float | None = None
-    fresh_reads = 0
-    deadline = committed_at + LIVE_WATCH_TIMEOUT_S
-    while fresh_reads <= LIVE_READS_AFTER_FRESH:
+
+    def watched() -> bool:
+        nonlocal reads, hits, stale, fresh_reads, delay_ms
         value, hit = read()
         now = time.monotonic()
         reads += 1
@@ -70,13 +97,20 @@ def _watch(label: str, read: Read, expected: int, committed_at: float) -> list[C
             fresh_reads += 1
             if delay_ms is None:
                 delay_ms = round((now - committed_at) * 1000, 1)
-        if now > deadline:
-            raise LabError(
-                f"live: {label} still served the old value after "
-                f"{LIVE_WATCH_TIMEOUT_S:g} s"
-            )
-        time.sleep(LIVE_READ_EVERY_S)
-    return [label, reads, hits, reads - hits, stale, delay_ms]
+        return fresh_reads > LIVE_READS_AFTER_FRESH
+
+    try:
+        process_wait_until(
+            watched,
+            f"{label} to serve the new value",
+            timeout=LIVE_WATCH_TIMEOUT_S - (time.monotonic() - committed_at),
+            interval=LIVE_READ_EVERY_S,
+        )
+    except WaitTimeout:
+        raise LabError(
+            f"live: {label} still served the old value after {LIVE_WATCH_TIMEOUT_S:g} s"
+        ) from None
+    return Watch(label, reads, hits, stale, delay_ms)
 
 
 def _change(book: int) -> tuple[int, float, int]:
@@ -112,7 +146,7 @@ def _invalidated(message: int) -> bool:
     )
 
 
-def _live_time(run: str, book: int) -> list[Cell]:
+def _live_time(run: str, book: int) -> Watch:
     """A lab entry with a short lifetime and nothing else retiring it."""
 
     def read() -> tuple[int, bool]:
@@ -147,7 +181,7 @@ def _list_key(branch: int, page: int) -> str:
     )
 
 
-def _live_event(book: int, branch: int, page: int, system: LiveSystem) -> list[Cell]:
+def _live_event(book: int, branch: int, page: int, system: LiveSystem) -> Watch:
     """The branch's catalogue page, retired by the outbox's cache_invalidation."""
 
     def read() -> tuple[int, bool]:
@@ -171,10 +205,10 @@ def _live_event(book: int, branch: int, page: int, system: LiveSystem) -> list[C
     if not cache_redis().exists(_list_key(branch, page)):
         raise LabError(
             "live: library.cache.reads.branch_books_page no longer stores under "
-            "the key this lab builds (course/labs/invalidation.py: _list_key)"
+            "the key this lab builds (course/labs/invalidation/live.py: _list_key)"
         )
     new, committed_at, message = _change(book)
-    row = _watch("event (outbox, rq worker)", read, new, committed_at)
+    watch = _watch("event (outbox, rq worker)", read, new, committed_at)
     # The fresh value must have come from the worker's bump, not from a lifetime.
     wait_until(
         lambda: _invalidated(message),
@@ -182,7 +216,7 @@ def _live_event(book: int, branch: int, page: int, system: LiveSystem) -> list[C
         timeout=30,
         system=system,
     )
-    return row
+    return watch
 
 
 def _on_page(rows: Iterable[Book], book: int, page: int) -> int:
@@ -193,7 +227,7 @@ def _on_page(rows: Iterable[Book], book: int, page: int) -> int:
     raise LabError(f"live: book #{book} is not on page {page} of its branch")
 
 
-def _live_version(book: int) -> list[Cell]:
+def _live_version(book: int) -> Watch:
     """The application's book detail, whose key carries the book's version."""
 
     book_key_checked(book)
@@ -249,7 +283,7 @@ def _quiet(book: int) -> bool:
     ).exists()
 
 
-def live(params: Params, progress: Progress) -> Tables:
+def measure(params: InvalidationParams, progress: Progress) -> Measurement:
     """Change one real book and watch three real read paths catch up.
 
     One real rq worker process (``manage.py rqworker messaging``) runs the outbox.
@@ -270,13 +304,12 @@ def live(params: Params, progress: Progress) -> Tables:
     ``delay_ms`` is commit to first fresh read (machine-dependent; 10 ms read
     spacing). The book (the catalogue's first) gets its shelf count back at the end.
     """
-
     book = Book.objects.order_by("pk").values_list("pk", flat=True).first()
     if book is None:
         raise LabError("live: the database has no book (manage.py seed_library)")
     branch, page = _catalogue_page(book)
     run = new_run_id()
-    rows: list[list[Cell]] = []
+    watches: list[Watch] = []
     with (
         live_system(run=run, progress=progress, workers=1) as system,
         run_keys(run),
@@ -286,10 +319,22 @@ def live(params: Params, progress: Progress) -> Tables:
         # A backlog the worker is still draining would hold the database's write
         # lock and make the change commit late into the entry's second of life.
         _wait_quiet(book, system)
-        rows.append(_live_time(run, book))
+        watches.append(_live_time(run, book))
         live_step(progress, 0.6, "event: the outbox and a real rq worker")
         _wait_quiet(book, system)
-        rows.append(_live_event(book, branch, page, system))
+        watches.append(_live_event(book, branch, page, system))
         live_step(progress, 0.85, "version: book_detail's key")
-        rows.append(_live_version(book))
+        watches.append(_live_version(book))
+    return Measurement(watches)
+
+
+def tables(params: InvalidationParams, measured: Measurement) -> Tables:
+    """One row per read path: reads, hits, misses, stale reads and the delay."""
+    rows: list[list[Cell]] = [
+        [w.label, w.reads, w.hits, w.reads - w.hits, w.stale, w.delay_ms]
+        for w in measured.watches
+    ]
     return {"live_invalidation": table(LIVE_COLUMNS, rows)}
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

@@ -12,13 +12,11 @@ from functools import partial
 from course.labs.cache_strategies import Operation, ShelfOrigin, workload
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
+from course.labs.invalidation.params import InvalidationParams
 
 WRITE_RATIO = 0.15
 HOT_BOOKS = 12
@@ -167,16 +165,14 @@ def orphan_rows() -> tuple[list[list[Cell]], list[list[Cell]]]:
     return [[len(cache), orphaned]], keys
 
 
-def model(params: Params, progress: Progress) -> Tables:
+def model(params: InvalidationParams, progress: Progress) -> Tables:
     operations = workload(
-        ops=int_param(params, "ops"),
-        seed=int_param(params, "seed"),
+        ops=params.ops,
+        seed=params.seed,
         write_ratio=WRITE_RATIO,
         hot_books=HOT_BOOKS,
     )
-    factories = policies(
-        int_list_param(params, "lifetimes"), int_list_param(params, "delays")
-    )
+    factories = policies(params.lifetimes, params.delays)
     rows: list[list[Cell]] = []
     for i, make in enumerate(factories):
         policy = make()

@@ -27,8 +27,9 @@ path), and compared with an uninterrupted run over the same loans.
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab
 from course.labs.long_running_jobs import live, model
+from course.labs.long_running_jobs.params import PARAMS, LongRunningJobsParams
 
 __all__ = ["LAB"]
 
@@ -36,35 +37,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="long-running-jobs",
     title="Long-Running Jobs",
-    params=(
-        Param(
-            "records",
-            "int",
-            30000,
-            "loan records the report adds up",
-            minimum=1,
-            maximum=1_000_000,
-            work="value",
-        ),
-        Param(
-            "chunk",
-            "int",
-            3000,
-            "records per round: one status write and one cancel check each",
-            minimum=1,
-            maximum=1_000_000,
-        ),
-        Param(
-            "cancel_at_pct",
-            "int",
-            40,
-            "the first run is cancelled once its progress reaches this percent",
-            minimum=0,
-            maximum=100,
-        ),
-    ),
+    params=PARAMS,
+    params_type=LongRunningJobsParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="chunking",

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from django.db import connection, transaction
 
 from course.labs.harness import live as harness
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_param,
     table,
 )
 from course.labs.harness.jsnum import js_round
+from course.labs.long_running_jobs.params import LongRunningJobsParams
 from jobs.models import JobStatus
 from library import report
 from library.models import Book, Branch, Loan, Member
@@ -36,7 +40,37 @@ from course.labs.long_running_jobs.model import (
 LIVE_COLUMNS = ["run", "processed", "total", "status", "average_days"]
 
 
-def live(params: Params, progress: Progress) -> Tables:
+def live_check(params: LongRunningJobsParams) -> str | None:
+    """Refuse more loans than the live run writes, or too few chunks to cancel."""
+    if params.records > LIVE_MAX_RECORDS:
+        return (
+            f"live: at most {LIVE_MAX_RECORDS} loans are written for the live "
+            f"report, got records={params.records}"
+        )
+    if math.ceil(params.records / params.chunk) < LIVE_MIN_CHUNKS:
+        return (
+            f"live: records / chunk gives fewer than {LIVE_MIN_CHUNKS} chunks; "
+            "nothing could be cancelled half-way"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class Report:
+    """One report run as its JobStatus row ended: the checkpoint's counts, state."""
+
+    run: str
+    processed: int
+    days: int
+    state: str
+
+
+@dataclass(frozen=True)
+class Measurement:
+    reports: list[Report]
+
+
+def measure(params: LongRunningJobsParams, progress: Progress) -> Measurement:
     """Cancel a real report at the threshold, resume it, compare with a clean run.
 
     1. Start one real rq worker process on a private queue (``live_system``).
@@ -48,33 +82,35 @@ def live(params: Params, progress: Progress) -> Tables:
     5. Run the same report without interruption and compare.
     6. However it ends: delete the loans, the branch and the lab's report rows.
     """
-    from django.db import connection
-
-    records = int_param(params, "records")
-    chunk = int_param(params, "chunk")
-    cancel_at = int_param(params, "cancel_at_pct")
-    if records > LIVE_MAX_RECORDS:
-        raise LabError(
-            f"live: at most {LIVE_MAX_RECORDS} loans are written for the live "
-            f"report, got records={records}"
-        )
-    if math.ceil(records / chunk) < LIVE_MIN_CHUNKS:
-        raise LabError(
-            f"live: records / chunk gives fewer than {LIVE_MIN_CHUNKS} chunks; "
-            "nothing could be cancelled half-way"
-        )
     if connection.in_atomic_block:
         raise LabError("live: run the live part outside a database transaction")
     run = harness.new_run_id()
     scope = _LiveScope(run)
     try:
-        scope.create(records)
+        scope.create(params.records)
         with harness.live_system(
             run=run, progress=progress, workers=1, private_queue=True
         ) as system:
-            rows = _live_runs(system, scope, chunk, cancel_at, records, progress)
+            reports = _live_runs(
+                system, scope, params.chunk, params.cancel_at_pct, progress
+            )
     finally:
         scope.delete()
+    return Measurement(reports)
+
+
+def tables(params: LongRunningJobsParams, measured: Measurement) -> Tables:
+    """Each run's counts; the average loan length once a run has seen them all."""
+    rows: list[list[Cell]] = [
+        [
+            found.run,
+            found.processed,
+            found.days,
+            found.state,
+            None if found.run == "cancelled" else average(found.days, params.records),
+        ]
+        for found in measured.reports
+    ]
     return {"live_cancel_resume": table(LIVE_COLUMNS, rows)}
 
 
@@ -87,10 +123,6 @@ class _LiveScope:
         self.job_ids: list[uuid.UUID] = []
 
     def create(self, records: int) -> None:
-        import datetime
-
-        from django.db import transaction
-
         pickup = datetime.date(2000, 1, 3)
         with transaction.atomic():
             branch = Branch.objects.create(
@@ -117,8 +149,6 @@ class _LiveScope:
             )
 
     def delete(self) -> None:
-        from django.db import transaction
-
         if self.branch_id is None:
             return
         with transaction.atomic():
@@ -136,9 +166,8 @@ def _live_runs(
     scope: _LiveScope,
     chunk: int,
     cancel_at: int,
-    records: int,
     progress: Progress,
-) -> list[list[Cell]]:
+) -> list[Report]:
 
     def row_of(job_id: uuid.UUID) -> JobStatus:
         return JobStatus.objects.get(pk=job_id)
@@ -181,15 +210,13 @@ def _live_runs(
     harness.live_step(progress, 0.35, f"cancel at {cancel_at} % (the page's path)")
     report.report_cancel(job_id=job.pk, reason=report.REASON_USER)
     stopped = wait_finished(job.pk, "the cancelled report")
-    processed, days = counts(stopped)
-    rows: list[list[Cell]] = [["cancelled", processed, days, stopped.state, None]]
+    reports = [Report("cancelled", *counts(stopped), stopped.state)]
 
     if stopped.state == JobStatus.State.CANCELLED:
         harness.live_step(progress, 0.5, "resume from the checkpoint")
         report.report_resume(job_id=job.pk, queue=system.private_queue)
     resumed = wait_finished(job.pk, "the resumed report")
-    processed, days = counts(resumed)
-    rows.append(["resumed", processed, days, resumed.state, average(days, records)])
+    reports.append(Report("resumed", *counts(resumed), resumed.state))
 
     harness.live_step(progress, 0.75, "the same report, uninterrupted")
     clean = report.monthly_report_start(
@@ -200,8 +227,8 @@ def _live_runs(
     )
     scope.job_ids.append(clean.pk)
     finished = wait_finished(clean.pk, "the uninterrupted report")
-    processed, days = counts(finished)
-    rows.append(
-        ["uninterrupted", processed, days, finished.state, average(days, records)]
-    )
-    return rows
+    reports.append(Report("uninterrupted", *counts(finished), finished.state))
+    return reports
+
+
+LIVE = LivePart(check=live_check, measure=measure, tables=tables)

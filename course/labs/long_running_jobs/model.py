@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING
 
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_param,
     table,
 )
 from course.labs.harness.jsnum import js_fixed_number, js_round
+from course.labs.long_running_jobs.params import LongRunningJobsParams
 
 if TYPE_CHECKING:
     pass
@@ -79,10 +78,10 @@ def average(total: int, records: int) -> float:
     return js_fixed_number(total / records, 2)
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    records = int_param(params, "records")
-    chunk = int_param(params, "chunk")
-    cancel_at = int_param(params, "cancel_at_pct")
+def model(params: LongRunningJobsParams, progress: Progress) -> Tables:
+    records = params.records
+    chunk = params.chunk
+    cancel_at = params.cancel_at_pct
     days = loan_days(records)
 
     progress(0.1, "first run, cancelled at the threshold")

@@ -33,9 +33,10 @@ short enough to wait for; the worker-processes lab measures it on real rq worker
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
-from course.labs.harness.queueing import variability_params, variability_problem
+from course.labs.harness.base import Chart, Lab
+from course.labs.harness.queueing import variability_problem
 from course.labs.message_queues import live, model
+from course.labs.message_queues.params import PARAMS, MessageQueuesParams
 
 __all__ = ["LAB"]
 
@@ -43,58 +44,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="message-queues",
     title="Message Queues",
-    params=(
-        Param(
-            "visibility",
-            "float",
-            30.0,
-            "visibility timeout, and how far the clock moves before consumer-2",
-            minimum=0,
-            exclusive_minimum=True,
-            maximum=1e6,
-        ),
-        Param(
-            "consumers",
-            "int_list",
-            [1, 2, 3],
-            "consumer counts for the depth run, one row each "
-            "(0: nobody consumes; none: no rows)",
-            minimum=0,
-            maximum=100,
-            min_items=0,
-            max_items=10,
-            work="count",
-        ),
-        Param(
-            "rounds",
-            "int",
-            6,
-            "rounds in the depth run",
-            minimum=1,
-            maximum=500,
-            work="value",
-        ),
-        Param("production", "int", 5, "jobs written per round", minimum=0, maximum=500),
-        Param(
-            "consumption_rate",
-            "int",
-            3,
-            "jobs each consumer finishes per round",
-            minimum=0,
-            maximum=500,
-        ),
-        *variability_params(max_utilisation=150),
-        Param(
-            "variability_consumers",
-            "int",
-            1,
-            "consumers sharing the queue in the variability run",
-            minimum=1,
-            maximum=16,
-        ),
-    ),
+    params=PARAMS,
+    params_type=MessageQueuesParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="depth",

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import dataclass
 from functools import partial
 
+from config.processes import process_gone
 from course.labs.harness import live as harness
-from course.labs.harness.base import Cell, Params, Progress, Tables, table
-from course.labs.harness.live import process_gone
+from course.labs.harness.base import (
+    Cell,
+    LivePart,
+    Progress,
+    Tables,
+    accepts_all,
+    table,
+)
+from course.labs.message_queues.params import MessageQueuesParams
 from messaging.models import Delivery as DeliveryRow
 from messaging.registry import SUBSCRIPTIONS
 
@@ -36,7 +45,25 @@ def _owner_gone(owner: str) -> bool:
     return process_gone(int(pid))
 
 
-def live(params: Params, progress: Progress) -> Tables:
+@dataclass(frozen=True)
+class Claim:
+    """A probe's delivery as one worker left it: who held it, which attempt, how."""
+
+    seq: int
+    lease_owner: str
+    attempts: int
+    outcome: str
+
+
+@dataclass(frozen=True)
+class Measurement:
+    claims: list[Claim]
+    deliveries: int  # claims counted on all the probes
+    lease_s: float | None  # the lab_probe subscription's lease
+    redelivered_after_s: float
+
+
+def measure(params: MessageQueuesParams, progress: Progress) -> Measurement:
     """Three probes through the real spine; the second one's first worker dies.
 
     Each probe is published after the previous one was claimed, in the course's
@@ -52,7 +79,7 @@ def live(params: Params, progress: Progress) -> Tables:
         return _owner_gone(owner) or harness.delivery_reached(message_id, attempts=2)
 
     run = harness.new_run_id()
-    rows: list[list[Cell]] = []
+    claims: list[Claim] = []
     ids: dict[int, int] = {}
     with harness.live_system(run=run, progress=progress) as system:
         for seq in range(1, LIVE_MESSAGES + 1):
@@ -68,9 +95,7 @@ def live(params: Params, progress: Progress) -> Tables:
                     system=system,
                 )
                 row = delivery(message_id)
-                rows.append(
-                    [seq, _worker_label(row.lease_owner), row.attempts, "acknowledged"]
-                )
+                claims.append(Claim(seq, row.lease_owner, row.attempts, "acknowledged"))
                 continue
             harness.wait_until(
                 partial(harness.delivery_reached, message_id, attempts=1),
@@ -86,13 +111,8 @@ def live(params: Params, progress: Progress) -> Tables:
                 timeout=30,
                 system=system,
             )
-            rows.append(
-                [
-                    seq,
-                    _worker_label(held.lease_owner),
-                    held.attempts,
-                    "died holding the lease",
-                ]
+            claims.append(
+                Claim(seq, held.lease_owner, held.attempts, "died holding the lease")
             )
         harness.live_step(progress, 0.8, "waiting for the lease to run out")
         crashed = ids[LIVE_CRASHES_ON]
@@ -110,21 +130,44 @@ def live(params: Params, progress: Progress) -> Tables:
             system=system,
         )
         again = delivery(crashed)
-        rows.append(
-            [
+        claims.append(
+            Claim(
                 LIVE_CRASHES_ON,
-                _worker_label(again.lease_owner),
+                again.lease_owner,
                 again.attempts,
                 "acknowledged after the lease ran out",
-            ]
+            )
         )
         deliveries = harness.attempts_total(ids.values())
     lease = SUBSCRIPTIONS[harness.PROBE_SUBSCRIPTION].visibility
-    lease_s = lease.total_seconds() if lease is not None else None
+    return Measurement(
+        claims=claims,
+        deliveries=deliveries,
+        lease_s=lease.total_seconds() if lease is not None else None,
+        redelivered_after_s=redelivered_after,
+    )
+
+
+def tables(params: MessageQueuesParams, measured: Measurement) -> Tables:
+    """Each claim with the worker that held it; the deliveries and the lease."""
+    rows: list[list[Cell]] = [
+        [claim.seq, _worker_label(claim.lease_owner), claim.attempts, claim.outcome]
+        for claim in measured.claims
+    ]
     return {
         "live_unacknowledged": table(["message", "worker", "attempt", "outcome"], rows),
         "live_deliveries": table(
             ["messages", "deliveries", "lease_s", "redelivered_after_s"],
-            [[LIVE_MESSAGES, deliveries, lease_s, round(redelivered_after, 1)]],
+            [
+                [
+                    LIVE_MESSAGES,
+                    measured.deliveries,
+                    measured.lease_s,
+                    round(measured.redelivered_after_s, 1),
+                ]
+            ],
         ),
     }
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

@@ -8,12 +8,8 @@ from dataclasses import dataclass
 
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    float_param,
-    int_list_param,
-    int_param,
     table,
 )
 from course.labs.harness.queueing import (
@@ -22,6 +18,7 @@ from course.labs.harness.queueing import (
     variability_columns,
     variability_rows,
 )
+from course.labs.message_queues.params import MessageQueuesParams
 
 COMPETING_MESSAGES = 12
 COMPETING_CONSUMERS = ("consumer-1", "consumer-2", "consumer-3")
@@ -166,13 +163,13 @@ def depths(
     return result
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    visibility = float_param(params, "visibility")
+def model(params: MessageQueuesParams, progress: Progress) -> Tables:
+    visibility = params.visibility
     progress(0.05, "unacknowledged: a consumer stops before acknowledging")
     rows, states, delivered = unacknowledged(visibility)
     progress(0.3, "competing: three consumers share twelve jobs")
     count, distinct, total, remaining = competing(visibility)
-    consumer_counts = int_list_param(params, "consumers")
+    consumer_counts = params.consumers
     depth_rows: list[list[Cell]] = []
     for i, consumers in enumerate(consumer_counts):
         progress(
@@ -180,18 +177,18 @@ def model(params: Params, progress: Progress) -> Tables:
         )
         series = depths(
             consumers=consumers,
-            rounds=int_param(params, "rounds"),
-            production=int_param(params, "production"),
-            rate=int_param(params, "consumption_rate"),
+            rounds=params.rounds,
+            production=params.production,
+            rate=params.consumption_rate,
             visibility=visibility,
         )
         depth_rows.append([consumers, " ".join(str(d) for d in series)])
     progress(0.95, "variability: random arrivals and job lengths")
     # Times in mean job lengths: the result does not depend on consumption_rate.
     scenario = scenario_of(
-        params, servers=int_param(params, "variability_consumers"), mean_service=1.0
+        params, servers=params.variability_consumers, mean_service=1.0
     )
-    loads = int_list_param(params, "utilisations")
+    loads = params.utilisations
     return {
         "unacknowledged": table(
             ["t", "consumer", "message", "delivered", "status"], rows

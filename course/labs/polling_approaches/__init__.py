@@ -19,8 +19,9 @@ counts come from the server's own counters in Redis (deltas around the run).
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab
 from course.labs.polling_approaches import live, model
+from course.labs.polling_approaches.params import PARAMS, PollingApproachesParams
 
 __all__ = ["LAB"]
 
@@ -28,18 +29,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="polling-approaches",
     title="Polling Approaches",
-    params=(
-        Param(
-            "hold_ms",
-            "int",
-            1000,
-            "how long a long poll is held before 204 (ms)",
-            minimum=1,
-            maximum=30_000,
-        ),
-    ),
+    params=PARAMS,
+    params_type=PollingApproachesParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="cost",

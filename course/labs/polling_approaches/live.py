@@ -4,27 +4,41 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_param,
+    accepts_all,
     table,
 )
 from course.labs.harness.live import live_step
 from course.labs.harness.live_http import client_for, daphnes
 from course.labs.polling_approaches.model import ADVANCE_AFTER_MS, SHORT_POLLS_BEFORE
+from course.labs.polling_approaches.params import PollingApproachesParams
 from jobs.models import JobStatus
 from jobs.services import jobstatus_create, jobstatus_progress
 from realtime.polling import counters_read
 
 
-def live(params: Params, progress: Progress) -> Tables:
+@dataclass(frozen=True)
+class Measurement:
+    """The statuses the client got and the server's own poll counters."""
 
-    hold_ms = int_param(params, "hold_ms")
+    short_statuses: list[int]
+    long_statuses: list[int]  # the first wait, then the second
+    long_held_ms: list[float]
+    before: dict[str, int]  # the server's counters before short polling,
+    middle: dict[str, int]  # between short and long polling,
+    after: dict[str, int]  # and after long polling
+
+
+def measure(params: PollingApproachesParams, progress: Progress) -> Measurement:
+    """Poll a real job's status short, then long, from a real daphne."""
+    hold_ms = params.hold_ms
     job = jobstatus_create(kind="lab", name="polling-approaches-live", params={})
     try:
         # A lab server (LAB_ROUTES): the lab's own job is readable without signing
@@ -66,6 +80,19 @@ def live(params: Params, progress: Progress) -> Tables:
     for response in (first, second):
         if response.status_code not in (200, 204):
             raise LabError(f"live: the long poll answered {response.status_code}")
+    return Measurement(
+        short_statuses=short_statuses,
+        long_statuses=[first.status_code, second.status_code],
+        long_held_ms=[first_ms, second_ms],
+        before=dict(before),
+        middle=dict(middle),
+        after=dict(after),
+    )
+
+
+def tables(params: PollingApproachesParams, measured: Measurement) -> Tables:
+    """Requests and empty answers per approach; what each request got, how late."""
+    before, middle, after = measured.before, measured.middle, measured.after
     rows: list[list[Cell]] = [
         [
             "short polling",
@@ -78,12 +105,17 @@ def live(params: Params, progress: Progress) -> Tables:
             after["long_empty"] - middle["long_empty"],
         ],
     ]
+    first, second = measured.long_statuses
+    first_ms, second_ms = measured.long_held_ms
     timing: list[list[Cell]] = [
-        ["short polling", " ".join(str(s) for s in short_statuses), None],
-        ["long polling, first wait", str(first.status_code), round(first_ms)],
-        ["long polling, second wait", str(second.status_code), round(second_ms)],
+        ["short polling", " ".join(str(s) for s in measured.short_statuses), None],
+        ["long polling, first wait", str(first), round(first_ms)],
+        ["long polling, second wait", str(second), round(second_ms)],
     ]
     return {
         "live_requests": table(["approach", "requests", "empty_responses"], rows),
         "live_answers": table(["request", "statuses", "held_ms"], timing),
     }
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

@@ -6,12 +6,11 @@ from typing import Final
 
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_param,
     table,
 )
+from course.labs.polling_approaches.params import PollingApproachesParams
 
 ADVANCE_AFTER_MS: Final = 300  # the script's sleep 0.3 before /advance
 SHORT_POLLS_BEFORE: Final = 5
@@ -47,8 +46,8 @@ def cost(kind: str, every_s: int) -> tuple[int, int]:
     return holds + EVENTS, holds - EVENTS
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    hold_ms = int_param(params, "hold_ms")
+def model(params: PollingApproachesParams, progress: Progress) -> Tables:
+    hold_ms = params.hold_ms
     progress(0.2, "short and long polling of one event")
     short = short_polling()
     long = long_polling(hold_ms)

@@ -24,14 +24,15 @@ Extra tables: ``backlog`` (the pending counts of ``slow_subscriber`` as numbers,
 the chart) and ``late_subscriber_steps`` (processed counts after each stage; ``None``
 where search-index did not exist yet).
 
-Live part (``live`` below): the same four questions asked of the outbox and its real
+Live part (``live.py``): the same four questions asked of the outbox and its real
 subscriptions on real rq worker processes, in tables prefixed ``live_``.
 """
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab
 from course.labs.publish_subscribe import live, model
+from course.labs.publish_subscribe.params import PARAMS, PublishSubscribeParams
 
 __all__ = ["LAB"]
 
@@ -39,44 +40,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="publish-subscribe",
     title="Publish\u2013Subscribe",
-    params=(
-        Param(
-            "rounds",
-            "int",
-            6,
-            "rounds in the slow-subscriber run",
-            minimum=1,
-            maximum=500,
-            work="value",
-        ),
-        Param(
-            "per_round",
-            "int",
-            4,
-            "events published per round",
-            minimum=0,
-            maximum=500,
-            work="value",
-        ),
-        Param(
-            "budget",
-            "int",
-            6,
-            "time units each subscription may spend per round",
-            minimum=0,
-            maximum=1_000_000,
-        ),
-        Param(
-            "slow_duration",
-            "int",
-            3,
-            "time units the report subscriber needs per message (the others need 1)",
-            minimum=0,
-            maximum=1_000_000,
-        ),
-    ),
+    params=PARAMS,
+    params_type=PublishSubscribeParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="backlog",

@@ -5,6 +5,7 @@ outbox and its real subscriptions on real rq worker processes.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from course.instruments.probes import LAB_PROBE
@@ -12,11 +13,9 @@ from course.labs.harness import live as harness
 from course.labs.harness import live_streams as helpers
 from course.labs.harness.base import (
     Cell,
-    LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_param,
     table,
 )
 from course.labs.harness.live import PROBE_SUBSCRIPTION
@@ -25,6 +24,7 @@ from course.labs.publish_subscribe.model import (
     LATE_AFTER_JOINING,
     LATE_BEFORE_JOINING,
 )
+from course.labs.publish_subscribe.params import PublishSubscribeParams
 from course.models import ProbeEffect
 from messaging.models import Delivery, OutboxMessage
 from messaging.registry import SUBSCRIPTIONS, MessageType
@@ -46,26 +46,84 @@ LIVE_MAX_SLOW_WORK_S = 20.0
 LIVE_MIXED = 8  # the filter run: lab probes and library stock-takes, alternating
 
 
-def _live_limits(rounds: int, per_round: int, budget: int, slow_ms: int) -> None:
-    messages = rounds * per_round
+def live_check(params: PublishSubscribeParams) -> str | None:
+    """Refuse more slow-subscriber work than real processes finish in time."""
+    messages = params.rounds * params.per_round
+    slow_ms = params.slow_duration * LIVE_UNIT_MS
     if messages > LIVE_MAX_MESSAGES:
-        raise LabError(
+        return (
             f"live: at most {LIVE_MAX_MESSAGES} slow-subscriber messages on real "
-            f"processes, got {rounds} x {per_round}"
+            f"processes, got {params.rounds} x {params.per_round}"
         )
-    if budget * LIVE_UNIT_MS > LIVE_MAX_ROUND_MS:
-        raise LabError(
+    if params.budget * LIVE_UNIT_MS > LIVE_MAX_ROUND_MS:
+        return (
             f"live: a round lasts budget x {LIVE_UNIT_MS} ms; at most "
-            f"{LIVE_MAX_ROUND_MS} ms, got budget {budget}"
+            f"{LIVE_MAX_ROUND_MS} ms, got budget {params.budget}"
         )
     if messages * slow_ms / 1000 > LIVE_MAX_SLOW_WORK_S:
-        raise LabError(
+        return (
             f"live: the slow subscriber's work (messages x slow_duration x "
             f"{LIVE_UNIT_MS} ms) must stay under {LIVE_MAX_SLOW_WORK_S:g} s"
         )
+    return None
 
 
-def live(params: Params, progress: Progress) -> Tables:
+@dataclass(frozen=True)
+class FanOut:
+    subscriptions: list[str]  # active when the row's probes were published
+    published: int
+    copies: int
+    delivered: int
+
+
+@dataclass(frozen=True)
+class Round:
+    """Both subscriptions at the end of one round of the slow-subscriber run."""
+
+    number: int
+    published: int  # so far
+    lab_probe_done: int
+    lab_slow_done: int
+    lab_probe_ms: int | None  # when lab_probe had done every copy (None: not yet)
+    elapsed_ms: int
+    unrelayed: int
+
+
+@dataclass(frozen=True)
+class Drained:
+    published: int
+    lab_probe_done: int
+    lab_slow_done: int
+    after_ms: int
+
+
+@dataclass(frozen=True)
+class Filtered:
+    type: str
+    published: int
+    subscriptions: int  # active during the run
+    copies: int
+    copied_to: list[str]
+
+
+@dataclass(frozen=True)
+class LateStep:
+    stage: str
+    published: int
+    lab_probe_done: int
+    lab_late_seen: int | None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    fan_out: list[FanOut]
+    rounds: list[Round]
+    drained: Drained
+    filtered: list[Filtered]
+    late: list[LateStep]
+
+
+def measure(params: PublishSubscribeParams, progress: Progress) -> Measurement:
     """Ask the real subscriptions the lesson's four questions.
 
     The topic is the outbox; a subscription's copies are its ``Delivery`` rows,
@@ -99,12 +157,7 @@ def live(params: Params, progress: Progress) -> Tables:
     4. ``live_late_subscriber`` — three probes, then ``lab_late`` starts, then two:
        ``lab_late``'s effects (``ProbeEffect`` rows of mode ``lab_late``) number two.
     """
-
-    rounds = int_param(params, "rounds")
-    per_round = int_param(params, "per_round")
-    budget = int_param(params, "budget")
-    slow_ms = int_param(params, "slow_duration") * LIVE_UNIT_MS
-    _live_limits(rounds, per_round, budget, slow_ms)
+    slow_ms = params.slow_duration * LIVE_UNIT_MS
     books = helpers.recount_books()
     run = harness.new_run_id()
 
@@ -120,18 +173,57 @@ def live(params: Params, progress: Progress) -> Tables:
             fan_out = _live_fan_out(probes)
             harness.live_step(progress, 0.3, "slow_subscriber: lab_slow's own lane")
             subscription_start(LAB_LATE, active=False)
-            slow, drained = _live_slow(probes, rounds, per_round, budget, slow_ms)
+            rounds, drained = _live_slow(
+                probes, params.rounds, params.per_round, params.budget, slow_ms
+            )
             harness.live_step(progress, 0.7, "filter: copies the filters never write")
-            filters = _live_filter(probes, books)
+            filtered = _live_filter(probes, books)
             harness.live_step(progress, 0.85, "late_subscriber: lab_late joins late")
             pause_lab_subscriptions()
-            late, late_steps = _live_late(probes)
+            late = _live_late(probes)
     finally:
         pause_lab_subscriptions()
+    return Measurement(fan_out, rounds, drained, filtered, late)
+
+
+def _share(done: int, published: int) -> str:
+    """Return "processed/pending": pending counts a message not copied yet too."""
+    return f"{done}/{published - done}"
+
+
+def tables(params: PublishSubscribeParams, measured: Measurement) -> Tables:
+    """The model's four tables, counted on the real copies."""
+    filters: list[list[Cell]] = [
+        [
+            found.type,
+            found.published,
+            found.subscriptions,
+            found.copies,
+            found.published * found.subscriptions - found.copies,
+            " ".join(found.copied_to),
+        ]
+        for found in measured.filtered
+    ]
+    published = sum(found.published for found in measured.filtered)
+    active = measured.filtered[0].subscriptions if measured.filtered else 0
+    copies = sum(found.copies for found in measured.filtered)
+    filters.append(["all", published, active, copies, published * active - copies, ""])
+    last = measured.late[-1]
+    late_seen = last.lab_late_seen or 0
+    drained = measured.drained
     return {
         "live_fan_out": table(
             ["subscribers", "publish_calls", "copies", "delivered", "subscriptions"],
-            fan_out,
+            [
+                [
+                    len(row.subscriptions),
+                    row.published,
+                    row.copies,
+                    row.delivered,
+                    " ".join(row.subscriptions),
+                ]
+                for row in measured.fan_out
+            ],
         ),
         "live_slow_subscriber": table(
             [
@@ -142,10 +234,28 @@ def live(params: Params, progress: Progress) -> Tables:
                 "elapsed_ms",
                 "unrelayed",
             ],
-            slow,
+            [
+                [
+                    row.number,
+                    _share(row.lab_probe_done, row.published),
+                    _share(row.lab_slow_done, row.published),
+                    row.lab_probe_ms,
+                    row.elapsed_ms,
+                    row.unrelayed,
+                ]
+                for row in measured.rounds
+            ],
         ),
         "live_slow_drained": table(
-            ["published", "lab_probe", "lab_slow", "drained_after_ms"], [drained]
+            ["published", "lab_probe", "lab_slow", "drained_after_ms"],
+            [
+                [
+                    drained.published,
+                    drained.lab_probe_done,
+                    drained.lab_slow_done,
+                    drained.after_ms,
+                ]
+            ],
         ),
         "live_filter": table(
             [
@@ -158,9 +268,16 @@ def live(params: Params, progress: Progress) -> Tables:
             ],
             filters,
         ),
-        "live_late_subscriber": table(["published", "missed_by_late"], [late]),
+        "live_late_subscriber": table(
+            ["published", "missed_by_late"],
+            [[last.published, last.published - late_seen]],
+        ),
         "live_late_subscriber_steps": table(
-            ["stage", "published", "lab_probe", "lab_late"], late_steps
+            ["stage", "published", "lab_probe", "lab_late"],
+            [
+                [step.stage, step.published, step.lab_probe_done, step.lab_late_seen]
+                for step in measured.late
+            ],
         ),
     }
 
@@ -199,9 +316,8 @@ def _copies(ids: list[int], subscription: str | None = None) -> tuple[int, int]:
     return rows.count(), done
 
 
-def _live_fan_out(probes: _Probes) -> list[list[Cell]]:
-
-    rows: list[list[Cell]] = []
+def _live_fan_out(probes: _Probes) -> list[FanOut]:
+    rows: list[FanOut] = []
     names = [PROBE_SUBSCRIPTION]
     for joining in (None, LAB_SLOW, LAB_LATE):
         if joining is not None:
@@ -210,14 +326,8 @@ def _live_fan_out(probes: _Probes) -> list[list[Cell]]:
         ids = probes.publish(FAN_OUT_EVENTS)
         probes.settle(ids, f"the fan-out to {len(names)} subscription(s)")
         copies, done = _copies(ids)
-        rows.append([len(names), len(ids), copies, done, " ".join(names)])
+        rows.append(FanOut(list(names), len(ids), copies, done))
     return rows
-
-
-def _share(ids: list[int], subscription: str) -> str:
-    """Return "processed/pending": pending counts a message not copied yet too."""
-    _, done = _copies(ids, subscription)
-    return f"{done}/{len(ids) - done}"
 
 
 def _unrelayed(ids: list[int]) -> int:
@@ -231,8 +341,8 @@ def _all_done(ids: list[int], subscription: str) -> bool:
 
 def _live_slow(
     probes: _Probes, rounds: int, per_round: int, budget: int, slow_ms: int
-) -> tuple[list[list[Cell]], list[Cell]]:
-    """Return (a row per round, the row once lab_slow has drained).
+) -> tuple[list[Round], Drained]:
+    """Return (each round, the copies once lab_slow has drained).
 
     A round lasts ``budget`` units whatever happens in it, as in the model: the
     snapshot is taken at its end, done or not. ``lab_probe_ms`` is when every
@@ -243,7 +353,7 @@ def _live_slow(
     probe = harness.PROBE_SUBSCRIPTION
     round_s = budget * LIVE_UNIT_MS / 1000
     published: list[int] = []
-    rows: list[list[Cell]] = []
+    rows: list[Round] = []
     first = time.monotonic()
     for round_no in range(1, rounds + 1):
         started = time.monotonic()
@@ -257,21 +367,23 @@ def _live_slow(
                 break
             probes.system.check_workers()
             time.sleep(min(harness.POLL_S, started + round_s - now))
-        fast = _share(published, probe)
-        slow = _share(published, LAB_SLOW)
+        fast = _copies(published, probe)[1]
+        slow = _copies(published, LAB_SLOW)[1]
         unrelayed = _unrelayed(published)
         elapsed_ms = round((time.monotonic() - first) * 1000)
-        rows.append([round_no, fast, slow, fast_ms, elapsed_ms, unrelayed])
+        rows.append(
+            Round(round_no, len(published), fast, slow, fast_ms, elapsed_ms, unrelayed)
+        )
     last_round = time.monotonic()
     timeout = 30 + len(published) * slow_ms / 1000 * 2
     probes.settle(published, "lab_slow's backlog", timeout=timeout)
     drained_ms = round((time.monotonic() - last_round) * 1000)
     fast_done = _copies(published, probe)[1]
     slow_done = _copies(published, LAB_SLOW)[1]
-    return rows, [len(published), fast_done, slow_done, drained_ms]
+    return rows, Drained(len(published), fast_done, slow_done, drained_ms)
 
 
-def _live_filter(probes: _Probes, books: list[int]) -> list[list[Cell]]:
+def _live_filter(probes: _Probes, books: list[int]) -> list[Filtered]:
 
     subscription_start(LAB_LATE)
     with_states = subscription_states()
@@ -290,32 +402,24 @@ def _live_filter(probes: _Probes, books: list[int]) -> list[list[Cell]]:
             )
     every = [pk for ids in by_type.values() for pk in ids]
     probes.settle(every, "the filter run's copies")
-    rows: list[list[Cell]] = []
+    rows: list[Filtered] = []
     for kind, ids in by_type.items():
         copies = Delivery.objects.filter(message_id__in=ids)
         names = sorted(set(copies.values_list("subscription", flat=True)))
-        count = copies.count()
-        not_copied = len(ids) * len(active) - count
-        row: list[Cell] = [kind, len(ids), len(active), count, not_copied]
-        rows.append([*row, " ".join(names)])
-    total = sum(int(row[3] or 0) for row in rows)
-    rows.append(
-        ["all", len(every), len(active), total, len(every) * len(active) - total, ""]
-    )
+        rows.append(Filtered(kind, len(ids), len(active), copies.count(), names))
     return rows
 
 
-def _live_late(probes: _Probes) -> tuple[list[Cell], list[list[Cell]]]:
-
+def _live_late(probes: _Probes) -> list[LateStep]:
     before = probes.publish(LATE_BEFORE_JOINING)
     probes.settle(before, "the probes before lab_late starts")
-    steps: list[list[Cell]] = [
-        [
+    steps = [
+        LateStep(
             "before lab_late starts",
             len(before),
             _copies(before, PROBE_SUBSCRIPTION)[1],
             None,
-        ]
+        )
     ]
     subscription_start(LAB_LATE)
     after = probes.publish(LATE_AFTER_JOINING)
@@ -325,11 +429,14 @@ def _live_late(probes: _Probes) -> tuple[list[Cell], list[list[Cell]]]:
         mode=LAB_LATE, run=probes.run, message_id__in=every
     ).count()
     steps.append(
-        [
+        LateStep(
             "after lab_late starts",
             len(every),
             _copies(every, PROBE_SUBSCRIPTION)[1],
             late_seen,
-        ]
+        )
     )
-    return [len(every), len(every) - late_seen], steps
+    return steps
+
+
+LIVE = LivePart(check=live_check, measure=measure, tables=tables)

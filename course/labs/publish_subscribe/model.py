@@ -8,7 +8,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.harness.base import Cell, Progress, Tables, table
+from course.labs.publish_subscribe.params import PublishSubscribeParams
 
 LOAN_ISSUED = "loan_issued"
 # A budget no fixed experiment below can exhaust: "process everything that is queued".
@@ -213,15 +214,15 @@ def late_subscriber() -> tuple[list[Cell], list[list[Cell]]]:
     return [topic.published, topic.published - late_seen], steps
 
 
-def model(params: Params, progress: Progress) -> Tables:
+def model(params: PublishSubscribeParams, progress: Progress) -> Tables:
     progress(0.05, "fan_out: one publish call, a copy per subscriber")
     fan_out = fan_out_rows()
     progress(0.2, "slow_subscriber: a slow subscription keeps its own backlog")
     slow, backlog = slow_subscriber_rows(
-        rounds=int_param(params, "rounds"),
-        per_round=int_param(params, "per_round"),
-        budget=int_param(params, "budget"),
-        slow_duration=int_param(params, "slow_duration"),
+        rounds=params.rounds,
+        per_round=params.per_round,
+        budget=params.budget,
+        slow_duration=params.slow_duration,
     )
     progress(0.8, "filter: copies a type filter never makes")
     filters = [filter_row(filtered=False), filter_row(filtered=True)]

@@ -19,9 +19,10 @@ each run the report without a lock or under the application's Redis lease lock
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab
 from course.labs.scheduled_tasks import live, model
-from course.labs.scheduled_tasks.model import MAX_RUNS, check
+from course.labs.scheduled_tasks.model import check
+from course.labs.scheduled_tasks.params import PARAMS, ScheduledTasksParams
 
 __all__ = ["LAB"]
 
@@ -29,26 +30,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="scheduled-tasks",
     title="Scheduled Tasks",
-    params=(
-        Param(
-            "start",
-            "str",
-            "2026-01-31T23:47:00Z",
-            "the instant the schedule is read from (ISO 8601; no offset means UTC)",
-            max_length=40,
-        ),
-        Param(
-            "runs",
-            "int",
-            3,
-            "run instants listed per definition",
-            minimum=1,
-            maximum=MAX_RUNS,
-            work="value",
-        ),
-    ),
+    params=PARAMS,
+    params_type=ScheduledTasksParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     combination_check=check,
     charts=(
         Chart(

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from redis import Redis
 
-from course.instruments.processes import running, start_manage
+from config.processes import running, start_manage
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
+    accepts_all,
     table,
 )
 from course.labs.harness.live import live_step, new_run_id
@@ -26,6 +28,7 @@ from course.labs.scheduled_tasks.model import (
     trace_counts,
     wait_for,
 )
+from course.labs.scheduled_tasks.params import ScheduledTasksParams
 from jobs.management.commands.scheduledrun import probe_keys
 from jobs.scheduler import schedule_redis
 
@@ -89,14 +92,31 @@ def probe_race(
         redis.delete(*keys.values())
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """Per mode, the trace's counts: (runs, skipped, concurrent peak)."""
+
+    overlaps: list[tuple[str, tuple[int, int, int]]]
+
+
 def _live_once(run: str, locked: bool) -> tuple[int, int, int]:
     return trace_counts(probe_race(schedule_redis(), run, ("A", "B"), locked=locked))
 
 
-def live(params: Params, progress: Progress) -> Tables:
+def measure(params: ScheduledTasksParams, progress: Progress) -> Measurement:
+    """Race two real ``scheduledrun probe`` processes, unlocked and then locked."""
     run = new_run_id()
-    rows: list[list[Cell]] = []
+    overlaps = []
     for index, mode in enumerate(MODES):
         live_step(progress, 0.7 + 0.15 * index, f"two manage.py processes, {mode}")
-        rows.append([mode, *_live_once(f"{run}-{mode}", mode == "locked")])
+        overlaps.append((mode, _live_once(f"{run}-{mode}", mode == "locked")))
+    return Measurement(overlaps)
+
+
+def tables(params: ScheduledTasksParams, measured: Measurement) -> Tables:
+    """One row per mode, in the model's overlap columns."""
+    rows: list[list[Cell]] = [[mode, *counts] for mode, counts in measured.overlaps]
     return {"live_overlap": table(OVERLAP_COLUMNS, rows)}
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

@@ -7,21 +7,20 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from config.processes import WaitTimeout, kill, wait_until
 from course.labs.harness.base import (
     Cell,
     LabError,
     ParamError,
-    Params,
     Progress,
     Table,
     Tables,
-    int_param,
     table,
 )
+from course.labs.scheduled_tasks.params import ScheduledTasksParams
 from jobs.recurrence import Daily, Every, MonthEnd, Monthly, Recurrence, next_runs
 
 # The lesson's definitions; every monthly run is at 02:30 UTC.
@@ -33,7 +32,6 @@ DEFINITIONS: tuple[tuple[str, Recurrence], ...] = (
     ("end_of_month_clamp", Monthly(31, 2, 30, MonthEnd.CLAMP)),
     ("end_of_month_skip", Monthly(31, 2, 30, MonthEnd.SKIP)),
 )
-MAX_RUNS = 24
 MODES = ("unlocked", "locked")
 OVERLAP_COLUMNS = ["mode", "runs", "skipped", "concurrent_peak"]
 REPORT_MS = 300  # how long the lesson's report takes
@@ -54,9 +52,9 @@ def parse_start(text: str) -> datetime.datetime:
     return start.astimezone(datetime.UTC)
 
 
-def check(params: Params) -> str | None:
+def check(params: ScheduledTasksParams) -> str | None:
     try:
-        parse_start(str(params["start"]))
+        parse_start(params.start)
     except ParamError as exc:
         return str(exc)
     return None
@@ -141,21 +139,24 @@ _CHILD = textwrap.dedent(
 def wait_for(
     condition: Callable[[], bool], what: str, processes: list[subprocess.Popen[bytes]]
 ) -> None:
-    deadline = time.monotonic() + PROCESS_TIMEOUT_S
-    while not condition():
+    """Wait until ``condition`` holds; raise LabError if a process fails first."""
+
+    def alive() -> None:
         for process in processes:
             if process.poll() not in (None, 0):
                 raise LabError(f"a competing process exited with {process.returncode}")
-        if time.monotonic() > deadline:
-            raise LabError(f"gave up waiting for {what}")
-        time.sleep(0.01)
+
+    try:
+        wait_until(
+            condition, what, timeout=PROCESS_TIMEOUT_S, interval=0.01, alive=alive
+        )
+    except WaitTimeout:
+        raise LabError(f"gave up waiting for {what}") from None
 
 
 def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
     for process in processes:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        kill(process)
 
 
 def overlap_once(locked: bool) -> tuple[int, int, int]:
@@ -199,9 +200,9 @@ def overlap_once(locked: bool) -> tuple[int, int, int]:
         return trace_counts((work / "trace.log").read_text().splitlines())
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    start = parse_start(str(params["start"]))
-    runs = int_param(params, "runs")
+def model(params: ScheduledTasksParams, progress: Progress) -> Tables:
+    start = parse_start(params.start)
+    runs = params.runs
     progress(0.05, "next_runs: six definitions")
     runs_table = next_runs_table(start, runs)
     rows: list[list[Cell]] = []

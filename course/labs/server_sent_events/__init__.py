@@ -24,8 +24,9 @@ the ``retry:`` line, heartbeat comments, and each event's ``id:``, ``event:`` an
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab
 from course.labs.server_sent_events import live, model
+from course.labs.server_sent_events.params import PARAMS, ServerSentEventsParams
 
 __all__ = ["LAB"]
 
@@ -33,18 +34,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="server-sent-events",
     title="Server-Sent Events",
-    params=(
-        Param(
-            "cut",
-            "int",
-            3,
-            "events before the first connection is cut (0: not cut)",
-            minimum=0,
-            maximum=6,
-        ),
-    ),
+    params=PARAMS,
+    params_type=ServerSentEventsParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="stream",

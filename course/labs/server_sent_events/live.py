@@ -5,20 +5,25 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Final
 
+import httpx
+
+from config.processes import WaitTimeout, wait_until
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_param,
+    accepts_all,
     table,
 )
 from course.labs.harness.live import live_step
 from course.labs.harness.live_http import client_for, daphnes
 from course.labs.server_sent_events.model import EVENT_IDS
+from course.labs.server_sent_events.params import ServerSentEventsParams
 from library.models import Book
 from library.services import stock_correct
 from realtime.polling import counters_read, log_head
@@ -75,22 +80,33 @@ def _events(lines: object, count: int) -> list[dict[str, str]]:
     raise LabError(f"live: the stream ended after {len(found)} of {count} events")
 
 
-def _wait_closed(client: object) -> None:
-    import time
+def _wait_closed(client: httpx.Client) -> None:
+    def closed() -> bool:
+        answer = client.get("/realtime/metrics")
+        return bool(answer.json()["process"]["open_streams"] == 0)
 
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    while time.monotonic() < deadline:
-        answer = client.get("/realtime/metrics")  # type: ignore[attr-defined]
-        if answer.json()["process"]["open_streams"] == 0:
-            return
-        time.sleep(0.05)
-    raise LabError("live: the server still writes to the cut connection")
+    try:
+        wait_until(
+            closed, "the cut stream to close", timeout=READ_TIMEOUT_S, interval=0.05
+        )
+    except WaitTimeout:
+        raise LabError("live: the server still writes to the cut connection") from None
 
 
-def live(params: Params, progress: Progress) -> Tables:
-    import httpx
+@dataclass(frozen=True)
+class Measurement:
+    """Both connections' events, their raw lines, and the server's counters."""
 
-    cut = int_param(params, "cut")
+    connections: list[list[dict[str, str]]]
+    resumed_from: str  # the Last-Event-ID the second connection sent
+    transcripts: list[list[str]]  # each connection's lines, as they came
+    before: dict[str, int]
+    after: dict[str, int]
+
+
+def measure(params: ServerSentEventsParams, progress: Progress) -> Measurement:
+    """Read the events, cut the stream, miss some, resume with Last-Event-ID."""
+    cut = params.cut
     first_count = cut if 0 < cut < len(EVENT_IDS) else len(EVENT_IDS)
     book = Book.objects.order_by("branch_id", "id").first()
     if book is None:
@@ -143,19 +159,32 @@ def live(params: Params, progress: Progress) -> Tables:
                 second = _events(wires[1].lines(response.iter_bytes()), rest)
         after = counters_read()
     connections = [first, second]
-    rows: list[list[Cell]] = []
-    received = 0  # the run's events the client holds: the course's ids
-    for index, events in enumerate(connections, start=1):
+    for events in connections:
         kinds = {e.get("event") for e in events}
         if events and kinds != {"stock_corrected"}:
             raise LabError(f"live: unexpected events {sorted(map(str, kinds))}")
-        received += len(events)
-        held = int(events[-1]["id"]) if events else int(last)
-        rows.append([index, len(events), held, received])
-    for events in connections:
         for event in events:
             if json.loads(event["data"]).get("branch_id") != branch:
                 raise LabError("live: an event of another branch came on the stream")
+    return Measurement(
+        connections=connections,
+        resumed_from=last,
+        transcripts=[wire.transcript() for wire in wires],
+        before=dict(before),
+        after=dict(after),
+    )
+
+
+def tables(params: ServerSentEventsParams, measured: Measurement) -> Tables:
+    """Each connection's events and the last id held; the transcript; the totals."""
+    connections = measured.connections
+    rows: list[list[Cell]] = []
+    received = 0  # the run's events the client holds: the course's ids
+    for index, events in enumerate(connections, start=1):
+        received += len(events)
+        held = int(events[-1]["id"]) if events else int(measured.resumed_from)
+        rows.append([index, len(events), held, received])
+    before, after = measured.before, measured.after
     return {
         "live_stream": table(
             ["connection", "events", "last_event_id", "events_held"], rows
@@ -166,8 +195,8 @@ def live(params: Params, progress: Progress) -> Tables:
             ["connection", "line"],
             [
                 [index, line]
-                for index, wire in enumerate(wires, start=1)
-                for line in wire.transcript()
+                for index, transcript in enumerate(measured.transcripts, start=1)
+                for line in transcript
             ],
         ),
         "live_totals": table(
@@ -182,3 +211,6 @@ def live(params: Params, progress: Progress) -> Tables:
             ],
         ),
     }
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

@@ -7,12 +7,11 @@ from typing import Final
 
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_param,
     table,
 )
+from course.labs.server_sent_events.params import ServerSentEventsParams
 
 EVENT_IDS: Final = (1, 2, 3, 4, 5, 6)
 
@@ -35,8 +34,8 @@ def connect(last_event_id: int, cut: int) -> Connection:
     return Connection(sent, sent[-1] if sent else last_event_id)
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    cut = int_param(params, "cut")
+def model(params: ServerSentEventsParams, progress: Progress) -> Tables:
+    cut = params.cut
     progress(0.2, "first connection, cut by the server")
     first = connect(0, cut)
     progress(0.5, "second connection, resumed with Last-Event-ID")

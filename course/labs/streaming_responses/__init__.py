@@ -20,8 +20,13 @@ lesson recommends and its server does not write.
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param, int_param
+from course.labs.harness.base import Chart, Lab
 from course.labs.streaming_responses import live, model
+from course.labs.streaming_responses.params import (
+    PARAMS,
+    StreamingResponsesParams,
+    under_a_minute,
+)
 
 __all__ = ["LAB"]
 
@@ -29,19 +34,11 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="streaming-responses",
     title="Streaming Responses",
-    params=(
-        Param("lines", "int", 10, "report lines", minimum=0, maximum=200, work="value"),
-        Param(
-            "line_ms", "int", 100, "time to make one line (ms)", minimum=0, maximum=2000
-        ),
-    ),
+    params=PARAMS,
+    params_type=StreamingResponsesParams,
     model=model.model,
-    live=live.live,
-    combination_check=lambda p: (
-        "lines * line_ms must stay under 60 s"
-        if int_param(p, "lines") * int_param(p, "line_ms") > 60_000
-        else None
-    ),
+    live=live.LIVE,
+    combination_check=under_a_minute,
     charts=(
         Chart(
             "timing",

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Final
 
 from course.labs.harness.base import (
-    Params,
     Progress,
     Tables,
-    int_param,
     table,
 )
+from course.labs.streaming_responses.params import StreamingResponsesParams
 
 TIMING_COLUMNS: Final = ["form", "first_byte_slices", "total_slices"]
 FRAMING_COLUMNS: Final = ["form", "header"]
@@ -27,9 +26,9 @@ def slices(ms: float) -> int:
     return int(ms / 100)
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    lines = int_param(params, "lines")
-    line_ms = int_param(params, "line_ms")
+def model(params: StreamingResponsesParams, progress: Progress) -> Tables:
+    lines = params.lines
+    line_ms = params.line_ms
     end_ms = lines * line_ms
     first_stream_ms = line_ms if lines else end_ms
     body = "".join(make_line(i) for i in range(1, lines + 1))

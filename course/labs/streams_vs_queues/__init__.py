@@ -25,14 +25,15 @@ still holds after the first consumer), ``rewind`` (a consumer moving its offset 
 to 3), ``retention_log`` and ``retention_reads`` (the log and each read before and
 after the trim).
 
-Live part (``live`` below): storage and replay on the installation's outbox log and
+Live part (``live.py``): storage and replay on the installation's outbox log and
 its ``stock_projection`` consumer, retention on a throwaway log, in ``live_`` tables.
 """
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
+from course.labs.harness.base import Chart, Lab
 from course.labs.streams_vs_queues import live, model
+from course.labs.streams_vs_queues.params import PARAMS, StreamsVsQueuesParams
 
 __all__ = ["LAB"]
 
@@ -40,18 +41,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="streams-vs-queues",
     title="Streams versus Queues",
-    params=(
-        Param(
-            "keep",
-            "int",
-            4,
-            "newest records the retention rule keeps (the log holds 10)",
-            minimum=0,
-            maximum=1_000_000,
-        ),
-    ),
+    params=PARAMS,
+    params_type=StreamsVsQueuesParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="storage",

@@ -4,7 +4,8 @@ real outbox, its subscription copies and a real Redis stream.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Max
 
@@ -13,10 +14,9 @@ from course.labs.harness import live_streams as helpers
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_param,
     table,
 )
 from course.labs.harness.live_streams import body_bytes, retention_in_throwaway
@@ -27,6 +27,7 @@ from course.labs.streams_vs_queues.model import (
     RETENTION_OFFSETS,
     REWIND_TO,
 )
+from course.labs.streams_vs_queues.params import StreamsVsQueuesParams
 from library.models import Book, StockProjection
 from messaging.models import Delivery, OutboxMessage, StreamConsumer
 from messaging.services.streams import earliest_offset, stream_rewind
@@ -40,7 +41,47 @@ LIVE_EVENTS = len(LIBRARY_EVENTS)
 STREAM = "stock_projection"
 
 
-def live(params: Params, progress: Progress) -> Tables:
+def live_check(params: StreamsVsQueuesParams) -> str | None:
+    """Refuse keeping nothing: the system keeps at least one message."""
+    if params.keep < 1:
+        return (
+            "live: the system keeps at least 1 message "
+            "(MESSAGING_RETENTION_MESSAGES >= 1); use keep >= 1 with --live"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The six events as stored: once in the log, once per subscription copy."""
+
+    messages: int
+    log_records: int
+    log_bytes: int
+    copies: int
+    copy_bytes: int
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    """The projection after one step; None throughout for a step not run."""
+
+    step: str
+    rewound_to: int | None
+    read: int | None
+    projected_books: int | None
+    equal_to_books: int | None
+    changed_rows: int | None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    storage: Storage
+    replay: list[ReplayStep]
+    retention: dict[str, Any]  # what the throwaway log's child reported
+
+
+def measure(params: StreamsVsQueuesParams, progress: Progress) -> Measurement:
     """Ask the outbox log, its subscriptions and the ``stock_projection`` consumer.
 
     1. ``live_storage`` — six library events (stock-takes that find each of up to
@@ -69,13 +110,6 @@ def live(params: Params, progress: Progress) -> Tables:
        ``log_starts_at - 1 - consumer_offset``: the course's 4. The consumer is not
        moved past the hole; it stops in the ``trimmed`` state.
     """
-
-    keep = int_param(params, "keep")
-    if keep < 1:
-        raise LabError(
-            "live: the system keeps at least 1 message "
-            "(MESSAGING_RETENTION_MESSAGES >= 1); use keep >= 1 with --live"
-        )
     consumer = StreamConsumer.objects.filter(name=STREAM).first()
     if consumer is not None and consumer.state == StreamConsumer.State.TRIMMED:
         raise LabError(
@@ -96,10 +130,33 @@ def live(params: Params, progress: Progress) -> Tables:
         storage = _live_storage(ids)
         harness.live_step(progress, 0.4, "replay: rewind the stock projection")
         replay = _live_replay(system, ids)
+    keep = params.keep
     harness.live_step(progress, 0.8, f"retention: keep {keep}, on a throwaway log")
-    retention, reads = _live_retention(keep)
+    return Measurement(storage, replay, live_retention(keep))
+
+
+def tables(params: StreamsVsQueuesParams, measured: Measurement) -> Tables:
+    """Storage, replay and retention, in the model's columns."""
+    storage = measured.storage
+    retention, reads = retention_rows(measured.retention)
     return {
-        "live_storage": table(["model", "messages", "copies", "bytes"], storage),
+        "live_storage": table(
+            ["model", "messages", "copies", "bytes"],
+            [
+                [
+                    "single log",
+                    storage.messages,
+                    storage.log_records,
+                    storage.log_bytes,
+                ],
+                [
+                    "subscription copies",
+                    storage.messages,
+                    storage.copies,
+                    storage.copy_bytes,
+                ],
+            ],
+        ),
         "live_replay": table(
             [
                 "step",
@@ -109,7 +166,17 @@ def live(params: Params, progress: Progress) -> Tables:
                 "equal_to_books",
                 "changed_rows",
             ],
-            replay,
+            [
+                [
+                    step.step,
+                    step.rewound_to,
+                    step.read,
+                    step.projected_books,
+                    step.equal_to_books,
+                    step.changed_rows,
+                ]
+                for step in measured.replay
+            ],
         ),
         "live_retention": table(
             [
@@ -134,7 +201,7 @@ def _stream_offset() -> int:
     return int(row.first() or 0)
 
 
-def _live_storage(ids: list[int]) -> list[list[Cell]]:
+def _live_storage(ids: list[int]) -> Storage:
 
     sizes = dict(OutboxMessage.objects.filter(pk__in=ids).values_list("id", "body"))
     copies = list(
@@ -142,10 +209,7 @@ def _live_storage(ids: list[int]) -> list[list[Cell]]:
     )
     log_bytes = sum(body_bytes(body) for body in sizes.values())
     copy_bytes = sum(body_bytes(sizes[message_id]) for message_id in copies)
-    return [
-        ["single log", len(ids), len(sizes), log_bytes],
-        ["subscription copies", len(ids), len(copies), copy_bytes],
-    ]
+    return Storage(len(ids), len(sizes), log_bytes, len(copies), copy_bytes)
 
 
 def _projection() -> dict[int, tuple[int, int]]:
@@ -159,7 +223,7 @@ def _projection_row(
     rewound_to: int | None,
     read: int | None,
     before: dict[int, tuple[int, int]],
-) -> list[Cell]:
+) -> ReplayStep:
 
     now = _projection()
     shelves = dict(Book.objects.filter(pk__in=list(now)).values_list("id", "on_shelf"))
@@ -169,7 +233,7 @@ def _projection_row(
     changed = sum(
         1 for book in set(now) | set(before) if now.get(book) != before.get(book)
     )
-    return [step, rewound_to, read, len(now), equal, changed]
+    return ReplayStep(step, rewound_to, read, len(now), equal, changed)
 
 
 def _replay_to(system: LiveSystem, offset: int, *, rebuild: bool) -> int:
@@ -191,7 +255,7 @@ def _replay_to(system: LiveSystem, offset: int, *, rebuild: bool) -> int:
     return applied() - start
 
 
-def _live_replay(system: LiveSystem, ids: list[int]) -> list[list[Cell]]:
+def _live_replay(system: LiveSystem, ids: list[int]) -> list[ReplayStep]:
 
     before = _projection()
     rows = [_projection_row("live consumer, caught up", None, None, before)]
@@ -202,27 +266,24 @@ def _live_replay(system: LiveSystem, ids: list[int]) -> list[list[Cell]]:
     )
     start = earliest_offset() - 1
     if start > 0:
-        rows.append(
-            [
-                f"rebuild not run: the log starts at {start + 1}",
-                None,
-                None,
-                None,
-                None,
-                None,
-            ]
-        )
+        not_run = f"rebuild not run: the log starts at {start + 1}"
+        rows.append(ReplayStep(not_run, None, None, None, None, None))
         return rows
     read = _replay_to(system, start, rebuild=True)
     rows.append(_projection_row("rewound to 0 with rebuild", start, read, before))
     return rows
 
 
-def _live_retention(keep: int) -> tuple[list[Cell], list[list[Cell]]]:
-
-    found = retention_in_throwaway(
+def live_retention(keep: int) -> dict[str, Any]:
+    """Run the retention experiment on a throwaway log; return what it reported."""
+    found: dict[str, Any] = retention_in_throwaway(
         keep=keep, events=RETENTION_EVENTS, lagging_at=RETENTION_OFFSETS[REPORT]
     )
+    return found
+
+
+def retention_rows(found: dict[str, Any]) -> tuple[list[Cell], list[list[Cell]]]:
+    """Return the ``live_retention`` row and the reads before and after the trim."""
     before, after = found["before"], found["after"]
     lost = after["starts_at"] - 1 - after["offset"]
     row: list[Cell] = [
@@ -251,3 +312,6 @@ def _live_retention(keep: int) -> tuple[list[Cell], list[list[Cell]]]:
             ]
         )
     return row, reads
+
+
+LIVE = LivePart(check=live_check, measure=measure, tables=tables)

@@ -11,7 +11,8 @@ from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
-from course.labs.harness.base import Cell, Params, Progress, Tables, int_param, table
+from course.labs.harness.base import Cell, Progress, Tables, table
+from course.labs.streams_vs_queues.params import StreamsVsQueuesParams
 
 Record = dict[str, str | int]
 
@@ -220,8 +221,8 @@ def retention(
     return row, sizes, reads
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    keep = int_param(params, "keep")
+def model(params: StreamsVsQueuesParams, progress: Progress) -> Tables:
+    keep = params.keep
     with tempfile.TemporaryDirectory(prefix="streams-vs-queues-") as name:
         folder = Path(name)
         progress(0.05, "storage: one log against a copy per subscription")

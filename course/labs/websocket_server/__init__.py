@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from course.labs.harness.base import Lab
 from course.labs.websocket_server import live, model
+from course.labs.websocket_server.params import PARAMS, WebsocketServerParams
 
 __all__ = ["LAB"]
 
@@ -25,9 +26,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="websocket-server",
     title="WebSocket Server",
-    params=(),
+    params=PARAMS,
+    params_type=WebsocketServerParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     notes=(
         "Frames are logged by our raw-socket client: the client masks every frame, "
         "the server never does. The live part talks to the live stock socket."

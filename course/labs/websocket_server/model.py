@@ -23,11 +23,11 @@ from course.instruments.websocket_client import (
 )
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
     table,
 )
+from course.labs.websocket_server.params import WebsocketServerParams
 
 HANDSHAKE_COLUMNS: Final = ["check", "value"]
 FRAME_COLUMNS: Final = ["direction", "opcode", "masked", "length"]
@@ -138,7 +138,7 @@ def _spec_rows() -> list[list[Cell]]:
     ]
 
 
-def model(params: Params, progress: Progress) -> Tables:
+def model(params: WebsocketServerParams, progress: Progress) -> Tables:
     progress(0.1, "the lesson's server on a local port")
     with lesson_server() as port:
         status, headers, _ = plain_get("127.0.0.1", port, "/channel")

@@ -47,9 +47,10 @@ Live part, the same two questions asked of real rq workers:
 
 from __future__ import annotations
 
-from course.labs.harness.base import Chart, Lab, Param
-from course.labs.harness.queueing import variability_params, variability_problem
+from course.labs.harness.base import Chart, Lab
+from course.labs.harness.queueing import variability_problem
 from course.labs.worker_processes import live, model
+from course.labs.worker_processes.params import PARAMS, WorkerProcessesParams
 
 __all__ = ["LAB"]
 
@@ -57,34 +58,10 @@ __all__ = ["LAB"]
 LAB = Lab(
     slug="worker-processes",
     title="Worker Processes",
-    params=(
-        Param(
-            "jobs",
-            "int",
-            12,
-            "equal jobs in the queue (0: an empty queue, no slices)",
-            minimum=0,
-            maximum=500,
-            work="value",
-        ),
-        Param(
-            "job_ms", "int", 100, "how long one job waits (ms)", minimum=1, maximum=5000
-        ),
-        Param(
-            "workers",
-            "int_list",
-            [1, 2, 4],
-            "pool sizes to compare, one row each (none: no pool rows)",
-            minimum=1,
-            maximum=16,
-            min_items=0,
-            max_items=6,
-            work="count",
-        ),
-        *variability_params(max_utilisation=99),
-    ),
+    params=PARAMS,
+    params_type=WorkerProcessesParams,
     model=model.model,
-    live=live.live,
+    live=live.LIVE,
     charts=(
         Chart(
             table="pool",

@@ -6,19 +6,23 @@ import json
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
+from rq import Retry
+from rq.job import JobStatus
+
+from config.processes import WaitTimeout, wait_until
 from course.instruments.probe_jobs import die_always, io_job
 from course.labs.harness.base import (
     Cell,
     LabError,
-    Params,
+    LivePart,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
+    accepts_all,
     table,
 )
 from course.labs.harness.live import (
@@ -34,6 +38,7 @@ from course.labs.harness.queueing import (
     kingman_wait,
     percentile,
 )
+from course.labs.worker_processes.params import WorkerProcessesParams
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -78,20 +83,55 @@ def _records(redis: Redis, run: str) -> list[dict[str, float]]:
     return [json.loads(item) for item in raw]
 
 
-def _wait_for(check: object, what: str) -> None:
-    deadline = time.monotonic() + DONE_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if callable(check) and check():
-            return
-        time.sleep(0.05)
-    raise LabError(f"live: {what} did not finish within {DONE_TIMEOUT_S:.0f} s")
+def _wait_for(check: Callable[[], object], what: str) -> None:
+    try:
+        wait_until(check, what, timeout=DONE_TIMEOUT_S, interval=0.05)
+    except WaitTimeout:
+        raise LabError(
+            f"live: {what} did not finish within {DONE_TIMEOUT_S:.0f} s"
+        ) from None
 
 
-def _live_pool_row(
-    workers: int, jobs: int, job_ms: int, progress: Progress
-) -> list[Cell]:
+@dataclass(frozen=True)
+class Pool:
+    """One pool's run: its jobs' span (first start to last end) and processes."""
+
+    workers: int
+    jobs: int
+    span_ms: float
+    processes: int
+
+
+@dataclass(frozen=True)
+class Supervision:
+    completed: list[int]
+    dead: list[int]
+    deaths: int  # work-horses the crashing job killed
+    survivors: int  # worker processes still running afterwards
+
+
+@dataclass(frozen=True)
+class Load:
+    """One load of the random stream, after its warm-up."""
+
+    utilisation_pct: int
+    service_ms: float  # what one job really costs a worker (calibrated)
+    jobs: int
+    arrivals_per_s: float
+    waits_ms: list[float]  # sorted
+    queue_lengths: list[int]  # the queue's length, read between arrivals
+
+
+@dataclass(frozen=True)
+class Measurement:
+    pools: list[Pool]
+    supervision: Supervision
+    loads: list[Load]
+
+
+def _live_pool(workers: int, jobs: int, job_ms: int, progress: Progress) -> Pool:
     if not jobs:
-        return [workers, 0, 0, 0, 0]  # an empty queue: nothing to time, no process
+        return Pool(workers, 0, 0.0, 0)  # an empty queue: nothing to time
     run = new_run_id()
     redis = redis_connection()
     with live_system(
@@ -109,14 +149,10 @@ def _live_pool_row(
     records = _records(redis, run)
     redis.delete(f"jobprobe:{run}")
     span_ms = (max(r["end"] for r in records) - min(r["start"] for r in records)) * 1000
-    pids = {r["pid"] for r in records}
-    return [workers, jobs, math.floor(span_ms / job_ms), round(span_ms), len(pids)]
+    return Pool(workers, jobs, span_ms, len({r["pid"] for r in records}))
 
 
-def _live_supervision(progress: Progress) -> list[Cell]:
-    from rq import Retry
-    from rq.job import JobStatus
-
+def _live_supervision(progress: Progress) -> Supervision:
     run = new_run_id()
     redis = redis_connection()
     with live_system(
@@ -148,7 +184,7 @@ def _live_supervision(progress: Progress) -> list[Cell]:
     completed = sorted(s for s, st in status.items() if st == JobStatus.FINISHED)
     dead = sorted(s for s, st in status.items() if st == JobStatus.FAILED)
     deaths = sum(1 for r in records if r.get("died"))
-    return [listing(completed), listing(dead), deaths, survivors]
+    return Supervision(completed, dead, deaths, survivors)
 
 
 @dataclass(frozen=True)
@@ -234,10 +270,10 @@ def _calibrate(system: LiveSystem, run: str) -> float:
     return max(LIVE_MEAN_MS, sum(spans) / len(spans))
 
 
-def _variability_row(
+def _live_load(
     system: LiveSystem, run: str, utilisation_pct: int, seed: int, service_ms: float
-) -> list[Cell]:
-    """Feed one load's stream to the running workers; return its row."""
+) -> Load:
+    """Feed one load's stream to the running workers; return what it waited."""
     redis = redis_connection()
     probe = f"{run}-{utilisation_pct}"
     stream = _stream(seed, utilisation_pct, service_ms)
@@ -253,9 +289,16 @@ def _variability_row(
     )
     span_s = enqueued[-1] - enqueued[warm]
     rate = (LIVE_JOBS - 1 - warm) / span_s if span_s > 0 else 0.0
+    return Load(utilisation_pct, service_ms, LIVE_JOBS - warm, rate, waits, samples)
+
+
+def _variability_row(load: Load) -> list[Cell]:
+    """Little's law on the measured queue beside Kingman's and Erlang C's waits."""
+    service_ms, waits = load.service_ms, load.waits_ms
     mean_ms = sum(waits) / len(waits)
+    samples = load.queue_lengths
     measured_l = sum(samples) / len(samples) if samples else 0.0
-    rho = utilisation_pct / 100
+    rho = load.utilisation_pct / 100
     # The sleep is exponential (its spread is its mean); rq's part is about constant,
     # so the whole service time varies less than an exponential one: cs < 1.
     kingman = kingman_wait(
@@ -267,25 +310,25 @@ def _variability_row(
     )
     expected = erlang_c_wait(LIVE_VARIABILITY_WORKERS, rho, service_ms)
     return [
-        utilisation_pct,
+        load.utilisation_pct,
         LIVE_VARIABILITY_WORKERS,
-        LIVE_JOBS - warm,
+        load.jobs,
         round(service_ms, 1),
-        round(rate, 2),
+        round(load.arrivals_per_s, 2),
         round(mean_ms, 1),
         round(percentile(waits, 0.5), 1),
         round(percentile(waits, 0.99), 1),
         round(measured_l, 2),
-        round(rate * mean_ms / 1000, 2),
+        round(load.arrivals_per_s * mean_ms / 1000, 2),
         round(kingman, 1),
         round(expected, 1),
     ]
 
 
-def _live_variability(seed: int, progress: Progress) -> list[list[Cell]]:
+def _live_variability(seed: int, progress: Progress) -> list[Load]:
     """The three loads on one pair of workers, each after the last has drained."""
     run = new_run_id()
-    rows: list[list[Cell]] = []
+    loads: list[Load] = []
     with live_system(
         run=run,
         progress=progress,
@@ -298,28 +341,53 @@ def _live_variability(seed: int, progress: Progress) -> list[list[Cell]]:
         service_ms = _calibrate(system, run)
         for index, pct in enumerate(LIVE_LOADS):
             live_step(progress, 0.75 + 0.07 * index, f"a random stream at {pct}%")
-            rows.append(_variability_row(system, run, pct, seed, service_ms))
-    return rows
+            loads.append(_live_load(system, run, pct, seed, service_ms))
+    return loads
 
 
-def live(params: Params, progress: Progress) -> Tables:
-
-    jobs = int_param(params, "jobs")
-    job_ms = int_param(params, "job_ms")
-    rows: list[list[Cell]] = []
-    counts = int_list_param(params, "workers")
+def measure(params: WorkerProcessesParams, progress: Progress) -> Measurement:
+    """Time each pool, kill a work-horse under supervision, feed random streams."""
+    pools: list[Pool] = []
+    counts = params.workers
     for index, workers in enumerate(counts):
         live_step(progress, 0.1 + 0.6 * index / len(counts), f"{workers} workers")
-        rows.append(_live_pool_row(workers, jobs, job_ms, progress))
+        pools.append(_live_pool(workers, params.jobs, params.job_ms, progress))
     supervision = _live_supervision(progress)
-    variability = _live_variability(int_param(params, "seed"), progress)
+    return Measurement(pools, supervision, _live_variability(params.seed, progress))
+
+
+def tables(params: WorkerProcessesParams, measured: Measurement) -> Tables:
+    """The pools in the model's slices, the supervision, the waits of each load."""
+    rows: list[list[Cell]] = []
+    for pool in measured.pools:
+        if not pool.jobs:
+            rows.append([pool.workers, 0, 0, 0, 0])  # nothing timed, no process
+            continue
+        slices = math.floor(pool.span_ms / params.job_ms)
+        rows.append(
+            [pool.workers, pool.jobs, slices, round(pool.span_ms), pool.processes]
+        )
+    supervised = measured.supervision
     return {
         "live_pool": table(
             ["workers", "jobs", "slices", "span_ms", "processes_used"], rows
         ),
         "live_supervision": table(
             ["completed", "dead_letter", "crashing_job_attempts", "workers_alive"],
-            [supervision],
+            [
+                [
+                    listing(supervised.completed),
+                    listing(supervised.dead),
+                    supervised.deaths,
+                    supervised.survivors,
+                ]
+            ],
         ),
-        "live_variability": table(LIVE_VARIABILITY_COLUMNS, variability),
+        "live_variability": table(
+            LIVE_VARIABILITY_COLUMNS,
+            [_variability_row(load) for load in measured.loads],
+        ),
     }
+
+
+LIVE = LivePart(check=accepts_all, measure=measure, tables=tables)

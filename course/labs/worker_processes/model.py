@@ -7,11 +7,8 @@ import math
 
 from course.labs.harness.base import (
     Cell,
-    Params,
     Progress,
     Tables,
-    int_list_param,
-    int_param,
     table,
 )
 from course.labs.harness.queueing import (
@@ -20,6 +17,7 @@ from course.labs.harness.queueing import (
     variability_columns,
     variability_row,
 )
+from course.labs.worker_processes.params import WorkerProcessesParams
 
 # The lesson's supervision run: five jobs, the third crashes whoever runs it.
 SUPERVISED_JOBS = (1, 2, 3, 4, 5)
@@ -74,12 +72,12 @@ def load_label(workers: int, utilisation_pct: int) -> str:
     return f"{workers} at {utilisation_pct}%"
 
 
-def variability(params: Params, progress: Progress) -> list[list[Cell]]:
+def variability(params: WorkerProcessesParams, progress: Progress) -> list[list[Cell]]:
     """One row per pool size and load: the same job stream, scaled to each."""
     rows: list[list[Cell]] = []
-    pools = int_list_param(params, "workers")
-    loads = int_list_param(params, "utilisations")
-    mean_ms = float(int_param(params, "job_ms"))
+    pools = params.workers
+    loads = params.utilisations
+    mean_ms = float(params.job_ms)
     for index, workers in enumerate(pools):
         progress(0.6 + 0.4 * index / len(pools), f"variability: {workers} workers")
         scenario = scenario_of(params, servers=workers, mean_service=mean_ms)
@@ -89,11 +87,11 @@ def variability(params: Params, progress: Progress) -> list[list[Cell]]:
     return rows
 
 
-def model(params: Params, progress: Progress) -> Tables:
-    jobs = int_param(params, "jobs")
-    job_ms = int_param(params, "job_ms")
+def model(params: WorkerProcessesParams, progress: Progress) -> Tables:
+    jobs = params.jobs
+    job_ms = params.job_ms
     pool_rows: list[list[Cell]] = []
-    for workers in int_list_param(params, "workers"):
+    for workers in params.workers:
         pool_rows.append([workers, jobs, pool_slices(jobs, workers, job_ms)])
     progress(0.3, "pool")
     completed, dead, spawned, attempts = supervise()

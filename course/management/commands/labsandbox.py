@@ -50,8 +50,6 @@ class Command(BaseCommand):
         try:
             lab = lab_get(options["slug"])
             params = lab.validate(json.loads(options["params"]))
-            if lab.live is None:
-                raise LabError(f"{lab.slug} has no live part")
-            say({"tables": clean_tables(lab.live(params, progress))})
+            say({"tables": clean_tables(lab.live_run(params, progress))})
         except LabError as error:
             say({"error": str(error)})

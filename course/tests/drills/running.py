@@ -10,13 +10,13 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
+from config.processes import wait_until
 from course.drills.catalogue import drill_get
 from course.drills.services import drill_check_ask, drill_start, drill_stop
 from course.drills.signin import pass_digest
 from course.drills.state import Phase
 from course.tests.drills.sandbox_admin import SandboxAdmin
 from jobs.models import JobStatus
-from tests.processes import wait_until
 
 # A sandbox is made, the incident seeded and a daphne started: seconds, not minutes;
 # the deadline only ends a hung start.
@@ -47,7 +47,7 @@ class RunningDrill:
             verdict = self._check_once()
             return None if verdict["settling"] else verdict
 
-        return wait_until(settled, "a verdict on settled work", VERDICT_S * 2)
+        return wait_until(settled, "a verdict on settled work", timeout=VERDICT_S * 2)
 
     def _check_once(self) -> dict[str, Any]:
         assert drill_check_ask(self.job)
@@ -60,7 +60,7 @@ class RunningDrill:
             return result if result.get("check_for") == asked else None
 
         verdict: dict[str, Any] = wait_until(
-            answered, "the drill's verdict", VERDICT_S
+            answered, "the drill's verdict", timeout=VERDICT_S
         )["verdict"]
         return verdict
 
@@ -69,7 +69,7 @@ class RunningDrill:
             row = self.row()
             return row if row.is_finished else None
 
-        return wait_until(finished, "the drill to close", READY_S)
+        return wait_until(finished, "the drill to close", timeout=READY_S)
 
 
 def ready(job: JobStatus) -> JobStatus | None:
@@ -89,7 +89,9 @@ def drill_running(slug: str, user: User) -> Iterator[RunningDrill]:
     assert drill is not None
     started = drill_start(drill=drill, user=user)
     try:
-        row = wait_until(lambda: ready(started.job), f"the drill {slug}", READY_S)
+        row = wait_until(
+            lambda: ready(started.job), f"the drill {slug}", timeout=READY_S
+        )
         result = dict(row.result or {})
         assert result["signin"] == pass_digest(started.token)
         base = f"http://127.0.0.1:{result['port']}"
@@ -104,7 +106,7 @@ def drill_running(slug: str, user: User) -> Iterator[RunningDrill]:
         wait_until(
             lambda: JobStatus.objects.get(pk=started.job.pk).is_finished,
             "the drill to close",
-            READY_S,
+            timeout=READY_S,
         )
 
 
@@ -114,4 +116,4 @@ def failing(verdict: dict[str, Any]) -> list[str]:
 
 def eventually(condition: Any, what: str) -> Any:
     """Wait for what a worker of the sandbox does after an admin action."""
-    return wait_until(condition, what, READY_S)
+    return wait_until(condition, what, timeout=READY_S)

@@ -8,17 +8,17 @@ import subprocess
 
 import pytest
 
-from jobs.models import JobStatus
-from tests.browser import needs_chromium
-from tests.processes import (
+from config.processes import (
     ROOT,
-    child_env,
+    child_environment,
     free_port,
-    manage,
+    manage_command,
     stop,
-    wait_for_port,
+    wait_listening,
     wait_until,
 )
+from jobs.models import JobStatus
+from tests.browser import needs_chromium
 
 SHOTS = ROOT / "screenshots"
 # The sandbox's processes run niced: on a loaded machine they answer late. Every
@@ -41,12 +41,13 @@ def site(transactional_db, redis_client, monkeypatch):
     User.objects.create_user("drill-reader", password=PASSWORD)
     port = free_port()
     server = subprocess.Popen(
-        [*manage()[:1], "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+        [*manage_command()[:1], "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
          "config.asgi:application"],
-        cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=ROOT, env=child_environment(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for_port(port, server)
+        wait_listening(port, server)
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(server)
@@ -63,7 +64,7 @@ def site(transactional_db, redis_client, monkeypatch):
                 .exists()
             ),
             "the drills to close",
-            READY_MS / 1000,
+            timeout=READY_MS / 1000,
         )
 
 

@@ -18,6 +18,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from config.processes import wait_until
 from course.drills.services import drills_expire
 from course.sandbox import labs_dir, sandbox_pids
 from course.tests.drills.running import (
@@ -27,7 +28,6 @@ from course.tests.drills.running import (
     failing,
 )
 from jobs.models import JobStatus
-from tests.processes import wait_until
 from tests.snapshots import operator_snapshot
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
