@@ -15,4 +15,5 @@ BENCHMARKS: tuple[str, ...] = (
     "realtime_sse",
     "broadcast",
     "class",
+    "explore",
 )

@@ -242,6 +242,17 @@ LAB_ANON_COST_PER_RUN = env_int("LIBRARY_LAB_ANON_COST_PER_RUN", 5, minimum=1)
 LAB_COST_PER_RUN = env_int("LIBRARY_LAB_COST_PER_RUN", 250, minimum=1)
 LAB_ANON_COST_PER_HOUR = env_int("LIBRARY_LAB_ANON_COST_PER_HOUR", 60, minimum=1)
 LAB_COST_PER_HOUR = env_int("LIBRARY_LAB_COST_PER_HOUR", 2000, minimum=1)
+# The explorable lesson page (course.explore) reruns the model as a parameter moves,
+# answering kept parameter sets at once: new ones a client address (or a signed-in
+# learner) may ask the web process to run in a minute.
+LAB_EXPLORE_RUNS_PER_MINUTE = env_int(
+    "LIBRARY_LAB_EXPLORE_RUNS_PER_MINUTE", 20, minimum=1
+)
+# Its model runs (CPU-bound Python) go to this many worker processes per web process
+# (course.model_pool), so they never hold the web process's interpreter lock against
+# its pages; 0 runs them in the web process, LAB_EXPLORE_RUNS_AT_ONCE at a time.
+LAB_EXPLORE_PROCESSES = env_int("LIBRARY_LAB_EXPLORE_PROCESSES", 1, minimum=0)
+LAB_EXPLORE_RUNS_AT_ONCE = env_int("LIBRARY_LAB_EXPLORE_RUNS_AT_ONCE", 1, minimum=1)
 # An identical run that finished this recently is offered instead of a new one.
 LAB_REUSE_S = env_int("LIBRARY_LAB_REUSE_S", 300, minimum=0)
 # A lab worker's slots: live runs at once (default: one per core, so a host never

@@ -23,6 +23,9 @@ os.environ.setdefault("LIBRARY_REDIS_DB", _REDIS_DBS[0])
 # Channel groups of this run only (child daphnes inherit it): two test runs on one
 # machine must not see each other's broadcasts.
 os.environ.setdefault("LIBRARY_CHANNEL_PREFIX", f"asgi-test-{os.getpid()}")
+# The explorable page's model runs in the process that serves it, where a test can
+# count them; a test that wants the worker processes (course.model_pool) asks.
+os.environ.setdefault("LIBRARY_LAB_EXPLORE_PROCESSES", "0")
 # A cheap password hash, in this process and the ones it starts (see settings).
 os.environ.setdefault("LIBRARY_FAST_PASSWORD_HASHER", "true")
 

@@ -21,8 +21,10 @@ import json
 import math
 import os
 import re
+import threading
 import tomllib
 import xml.etree.ElementTree as ElementTree
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -212,19 +214,84 @@ def model_tables(lab: Lab[Any], params: Params) -> Tables:
     workers, tests) renders a lesson from the first one's runs, and a lesson whose
     text asks for runs with changed parameters (seconds of simulation for the
     queueing labs) costs them once per version of the code, not once per process.
+    The latest runs are also kept in this process (``MODEL_MEMORY_SIZE``), so the
+    explorable lesson page (``course.explore``) answers a parameter set it has seen
+    without reading a file.
     """
-    key = hashlib.sha256(
+    return model_tables_from(lab, params)[0]
+
+
+# Where a parameter set's tables came from: this process, the disk, or a model run.
+MEMORY, DISK, RUN = "memory", "disk", "run"
+MODEL_MEMORY_SIZE = 256
+_MODEL_KEY = re.compile(r"[0-9a-f]{24}")
+_memory: OrderedDict[str, Tables] = OrderedDict()
+_memory_lock = threading.Lock()
+
+
+def model_key(lab: Lab[Any], params: Params) -> str:
+    """Return the digest naming a parameter set of ``lab`` (its cache file's name)."""
+    return hashlib.sha256(
         json.dumps({"lab": lab.slug, "params": params}, sort_keys=True).encode()
     ).hexdigest()[:24]
-    path = model_cache_dir() / f"{lab.slug}-{key}.json"
+
+
+def model_key_valid(key: str) -> bool:
+    return _MODEL_KEY.fullmatch(key) is not None
+
+
+def model_tables_from(lab: Lab[Any], params: Params) -> tuple[Tables, str]:
+    """Return the model's tables for ``params`` and where they came from."""
+    key = model_key(lab, params)
+    kept = model_tables_kept(lab, key)
+    if kept is not None:
+        return kept
+    tables = lab.run(params)["tables"]
+    model_tables_keep(lab, key, tables)
+    return tables, RUN
+
+
+def model_tables_keep(
+    lab: Lab[Any], key: str, tables: Tables, *, disk: bool = True
+) -> None:
+    """Keep a run's tables under ``key``: in this process, and on disk with ``disk``
+    (a run made elsewhere, e.g. ``course.model_pool``'s workers)."""
+    path = _model_path(lab, key)
+    if disk:
+        _write_atomically(path, json.dumps(tables))
+    _remember(path, tables)
+
+
+def model_tables_kept(lab: Lab[Any], key: str) -> tuple[Tables, str] | None:
+    """Return the tables kept under ``key`` (``model_key``) and where, without
+    running the model: None when neither this process nor the disk has them (or
+    ``key`` is not a digest: it may come from a request)."""
+    if not model_key_valid(key):
+        return None
+    path = _model_path(lab, key)
+    with _memory_lock:
+        found = _memory.get(str(path))
+        if found is not None:
+            _memory.move_to_end(str(path))
+            return found, MEMORY
     try:
         cached: Tables = json.loads(path.read_text())
-        return cached
     except (OSError, ValueError):
-        pass
-    tables = lab.run(params)["tables"]
-    _write_atomically(path, json.dumps(tables))
-    return tables
+        return None
+    _remember(path, cached)
+    return cached, DISK
+
+
+def _model_path(lab: Lab[Any], key: str) -> Path:
+    return model_cache_dir() / f"{lab.slug}-{key}.json"
+
+
+def _remember(path: Path, tables: Tables) -> None:
+    with _memory_lock:
+        _memory[str(path)] = tables
+        _memory.move_to_end(str(path))
+        while len(_memory) > MODEL_MEMORY_SIZE:
+            _memory.popitem(last=False)
 
 
 @lru_cache(maxsize=1)
@@ -243,7 +310,9 @@ def _write_atomically(path: Path, text: str) -> None:
     # file and renames it into place, so a reader sees a whole file or none.
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary = path.with_name(
+            f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        )
         temporary.write_text(text)
         temporary.replace(path)
     except OSError:

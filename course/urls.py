@@ -10,6 +10,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("source/<path:path>", views.course_source, name="course-source"),
     path("<slug:slug>/", views.course_lesson, name="course-lesson"),
     path("<slug:slug>/run", views.course_lab_run, name="course-lab-run"),
+    path("<slug:slug>/model.json", views.course_lesson_model, name="course-model"),
     path("<slug:slug>/progress", views.course_progress, name="course-progress"),
     path("<slug:slug>/compare", views.course_runs_compared, name="course-compare"),
     path(

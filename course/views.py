@@ -5,10 +5,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotModified,
+    JsonResponse,
+)
 from django.http.response import HttpResponseRedirectBase
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.utils.http import parse_etags
 from django.views.decorators.http import require_GET, require_POST
 
 from course.access import SHARE_PARAM, lab_run_owned, lab_run_readable, share_token
@@ -19,6 +27,17 @@ from course.compare import (
     chart_pair,
     params_compared,
     tables_compared,
+)
+from course.explore import (
+    ANSWER_MAX_AGE_S,
+    Throttled,
+    explore_body,
+    explore_etag,
+    explore_lab,
+    explore_params,
+    explore_refusal,
+    explore_serve,
+    explore_since,
 )
 from course.forms import LabForm
 from course.labs.harness.base import Lab
@@ -32,7 +51,7 @@ from course.pages import (
     run_explain,
     see_links,
 )
-from course.policies import RefusalKind
+from course.policies import Refusal, RefusalKind
 from course.selectors import (
     LIVE_KEY,
     NO_PROGRESS,
@@ -512,6 +531,81 @@ def _tables(job: Any) -> dict[str, Any]:
     result = job.result if isinstance(job.result, dict) else {}
     tables = result.get("tables")
     return dict(tables) if isinstance(tables, dict) else {}
+
+
+# --- the explorable page: the model's tables for any parameter set ----------------
+
+
+@require_GET
+def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
+    """The model's tables (and charts) for the query's parameter set, as JSON.
+
+    Parsed as the lab form parses; no run, record or quota (``course.explore``).
+    400 with the field errors, 403 for a set too costly without an account, 429
+    with Retry-After past the minute's new sets (503 when the process's model runs
+    stay taken); 304 for an answer already held.
+    """
+    lesson = _lesson_or_404(slug)
+    lab = explore_lab(lesson.slug)
+    if lab is None:
+        raise Http404("This lesson's lab is not built yet")
+    params, errors = explore_params(lab, request.GET)
+    if params is None:
+        return _unstored(JsonResponse({"errors": errors}, status=400))
+    refusal = explore_refusal(lab, params, request.user)
+    if refusal is not None:
+        return _explore_refused(refusal)
+    since = explore_since(request.GET.get("since", ""))
+    etag = explore_etag(lab, params, since)
+    if _etag_held(request, etag):
+        return _explore_cached(HttpResponseNotModified(), etag)
+    served = explore_serve(lab, params, who=lambda: _explore_client(request))
+    if isinstance(served, Throttled):
+        response = _unstored(
+            JsonResponse({"error": served.message}, status=served.status)
+        )
+        response["Retry-After"] = str(served.retry_after_s)
+        return response
+    body = explore_body(lab, params, served, since=since)
+    response = _explore_cached(JsonResponse(body), etag)
+    response["X-Model-Source"] = served.source
+    response["Server-Timing"] = f"model;dur={served.duration_ms:.1f}"
+    return response
+
+
+def _explore_client(request: HttpRequest) -> str:
+    """Whose minute a new parameter set counts in: the learner's, or the address's."""
+    user_id = _user_id(request)
+    if user_id is not None:
+        return f"user:{user_id}"
+    return f"addr:{client_digest(client_address(request))}"
+
+
+def _etag_held(request: HttpRequest, etag: str) -> bool:
+    held = parse_etags(request.headers.get("If-None-Match", ""))
+    return etag in held or "*" in held
+
+
+def _explore_cached(response: HttpResponse, etag: str) -> HttpResponse:
+    # The same query always gets the same tables (for this version of the labs):
+    # the browser may keep them, and asks again with If-None-Match after.
+    response["ETag"] = etag
+    response["Cache-Control"] = f"public, max-age={ANSWER_MAX_AGE_S}"
+    return response
+
+
+def _unstored(response: HttpResponse) -> HttpResponse:
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _explore_refused(refusal: Refusal) -> HttpResponse:
+    body: dict[str, object] = {"error": refusal.message, "refusal": str(refusal.kind)}
+    if refusal.kind is RefusalKind.NEEDS_ACCOUNT:
+        body["signup_url"] = reverse("account_signup")
+    response = _unstored(JsonResponse(body, status=_REFUSAL_STATUS[refusal.kind]))
+    patch_vary_headers(response, ["Cookie"])  # the answer depends on who asks
+    return response
 
 
 _PROGRESS_EVENTS = ("read", "answer")

@@ -47,6 +47,8 @@ ROUTES: Final[tuple[tuple[re.Pattern[str], Priority | None], ...]] = tuple(
         (r"^/jobs/.*report", Priority.LOW),
         (r"^/(realtime/)?reports?/", Priority.LOW),
         (r"^/course/[^/]+/run$", Priority.LOW),
+        # The explorable page's model answers: the lesson still reads without them.
+        (r"^/course/[^/]+/model\.json$", Priority.LOW),
         (r"^/admin/rq/", Priority.LOW),
     )
 )

@@ -72,6 +72,8 @@ DECLARED: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("course-source", "GET", {"lines": "1-3"}),
     ("course-lesson", "GET", {"job": ""}),
     ("course-compare", "GET", {"run": ""}),
+    # The explorable page's model answers (static/js/explore.js asks them).
+    ("course-model", "GET", {"since": "", "requests": "600"}),
     ("course-progress", "POST", {"event": "answer", "question": "0"}),
     ("member-detail", "GET", {"page": "1"}),
     ("branch-books", "GET", {"q": "rose", "page": "1"}),

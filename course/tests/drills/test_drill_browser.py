@@ -50,22 +50,24 @@ def site(transactional_db, redis_client, monkeypatch):
         wait_listening(port, server)
         yield f"http://127.0.0.1:{port}"
     finally:
-        stop(server)
-        for job in JobStatus.objects.filter(kind="drill").exclude(
+        # Close the drills first, as the page's Stop does: their supervisors are the
+        # server's children, and stopping the server kills its whole family, which
+        # would leave a row running with nobody to finish it.
+        open_drills = JobStatus.objects.filter(kind="drill").exclude(
             state__in=JobStatus.FINISHED
-        ):
+        )
+        for job in open_drills:
             JobStatus.objects.filter(pk=job.pk).update(
                 cancel_requested_at=job.created_at
             )
-        wait_until(
-            lambda: (
-                not JobStatus.objects.filter(kind="drill")
-                .exclude(state__in=JobStatus.FINISHED)
-                .exists()
-            ),
-            "the drills to close",
-            timeout=READY_MS / 1000,
-        )
+        try:
+            wait_until(
+                lambda: not open_drills.exists(),
+                "the drills to close",
+                timeout=READY_MS / 1000,
+            )
+        finally:
+            stop(server)
 
 
 def sign_in(page, site: str, slug: str) -> None:
