@@ -53,16 +53,18 @@ def site(transactional_db, redis_client, monkeypatch):
         # Close the drills first, as the page's Stop does: their supervisors are the
         # server's children, and stopping the server kills its whole family, which
         # would leave a row running with nobody to finish it.
-        open_drills = JobStatus.objects.filter(kind="drill").exclude(
-            state__in=JobStatus.FINISHED
-        )
-        for job in open_drills:
+        def open_drills():
+            return JobStatus.objects.filter(kind="drill").exclude(
+                state__in=JobStatus.FINISHED
+            )
+
+        for job in open_drills():
             JobStatus.objects.filter(pk=job.pk).update(
                 cancel_requested_at=job.created_at
             )
         try:
             wait_until(
-                lambda: not open_drills.exists(),
+                lambda: not open_drills().exists(),
                 "the drills to close",
                 timeout=READY_MS / 1000,
             )
