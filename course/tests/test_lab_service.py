@@ -363,3 +363,37 @@ def test_a_stopping_worker_hands_its_runs_back(redis_client):
     job = JobStatus.objects.get(pk=asked.job.pk)
     assert (job.state, job.lease_owner, job.started_at) == ("queued", "", None)
     assert run_waiting() == 1
+
+
+# --- Redis away -----------------------------------------------------------------------
+
+
+def test_a_live_run_asked_for_while_redis_is_away_waits_in_the_queue(
+    redis_client, caplog
+):
+    """The run's queue is the database: Redis only wakes the workers up, so a run
+    asked for during an outage is accepted and waits, with no 500 and no traceback.
+    (This replaces the issue's "503 and no row": nothing the run needs is missing.)"""
+    from config.processes import free_port
+
+    away = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    _, client = learner()
+    with override_settings(
+        REDIS_URL=away,
+        CACHES={
+            "default": {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": away,
+            }
+        },
+    ):
+        response = client.post(
+            "/course/dead-letter-queues/run",
+            {"live": "on", "messages": "10"},
+            headers=JSON,
+        )
+    assert response.status_code == 202, response.content[:300]
+    job = JobStatus.objects.get()
+    assert job.state == JobStatus.State.QUEUED
+    assert LabRun.objects.get(job=job).live is True
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
