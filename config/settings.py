@@ -248,6 +248,11 @@ LAB_COST_PER_HOUR = env_int("LIBRARY_LAB_COST_PER_HOUR", 2000, minimum=1)
 LAB_EXPLORE_RUNS_PER_MINUTE = env_int(
     "LIBRARY_LAB_EXPLORE_RUNS_PER_MINUTE", 20, minimum=1
 )
+# Challenge answers checked per minute per learner (or client address): each check
+# runs the lab's model inside the web process.
+LAB_CHALLENGE_ANSWERS_PER_MINUTE = env_int(
+    "LIBRARY_LAB_CHALLENGE_ANSWERS_PER_MINUTE", 30, minimum=1
+)
 # Its model runs (CPU-bound Python) go to this many worker processes per web process
 # (course.model_pool), so they never hold the web process's interpreter lock against
 # its pages; 0 runs them in the web process, LAB_EXPLORE_RUNS_AT_ONCE at a time.

@@ -1,5 +1,6 @@
 """The course's records in the admin: who ran which lab (read-only), what each
-learner is allowed, the lab workers at work, and the audit of deleted accounts."""
+learner is allowed, how far learners got (read-only: lessons and challenges), the
+lab workers at work, and the audit of deleted accounts."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from course.models import AccountDeletion, LabAllowance, LabRun, LabWorkerState
+from course.models import (
+    AccountDeletion,
+    ChallengeProgress,
+    LabAllowance,
+    LabRun,
+    LabWorkerState,
+    LessonProgress,
+)
 from jobs.admin_mixins import ReadOnlyAdminMixin
 
 
@@ -59,6 +67,37 @@ class LabAllowanceAdmin(admin.ModelAdmin[LabAllowance]):
     ) -> None:
         obj.updated_by = request.user  # type: ignore[assignment]
         super().save_model(request, obj, form, change)
+
+
+@admin.register(LessonProgress)
+class LessonProgressAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[LessonProgress]):
+    """Where learners are in the course: which lessons are read, run, answered."""
+
+    list_display = ("user", "slug", "read_at", "lab_runs", "updated_at")
+    list_filter = ("slug",)
+    search_fields = ("user__username", "slug")
+    date_hierarchy = "updated_at"
+    list_select_related = ("user",)
+
+
+@admin.register(ChallengeProgress)
+class ChallengeProgressAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ChallengeProgress]):
+    """Which challenges learners take on, how many tries and hints they needed: an
+    operator sees where a lesson's challenge is too hard, or its hints too weak."""
+
+    list_display = (
+        "user",
+        "slug",
+        "challenge",
+        "attempts",
+        "hints",
+        "solved_at",
+        "updated_at",
+    )
+    list_filter = ("slug", ("solved_at", admin.EmptyFieldListFilter))
+    search_fields = ("user__username", "slug", "challenge")
+    date_hierarchy = "updated_at"
+    list_select_related = ("user",)
 
 
 @admin.register(LabWorkerState)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -27,7 +28,8 @@ from course.challenges.selectors import ChallengeState, state_of_entry
 from course.challenges.services import challenge_attempt, challenge_hint
 from course.challenges.spec import Challenge, challenge_get, challenge_ids
 from course.lessons import Lesson, lesson_get
-from course.views import HttpResponseSeeOther, lesson_page
+from course.ratelimits import minute_take
+from course.views import HttpResponseSeeOther, lesson_page, rate_subject
 from course.visitors import session_challenge_note, user_id_of
 
 log = logging.getLogger("course.challenges")
@@ -72,6 +74,11 @@ def course_challenge(
         return _hint(request, lesson, challenge)
     if action != "answer":
         return _refuse(request, lesson, challenge, "action must be answer or hint", {})
+    retry = minute_take(
+        "challenge", rate_subject(request), settings.LAB_CHALLENGE_ANSWERS_PER_MINUTE
+    )
+    if retry is not None:
+        return _throttled(request, lesson, challenge, retry)
     submitted = {
         name: str(value)
         for name, value in request.POST.items()
@@ -191,3 +198,24 @@ def _refuse(
         Feedback(error=reason, values=values),
     )
     return lesson_page(request, lesson, status=400)
+
+
+def _throttled(
+    request: HttpRequest, lesson: Lesson, challenge: Challenge, retry_s: int
+) -> HttpResponse:
+    """Answer 429: checking an answer runs the lab's model in the web process, so a
+    learner (or a client address) may have a bounded number checked in a minute."""
+    limit = settings.LAB_CHALLENGE_ANSWERS_PER_MINUTE
+    reason = (
+        f"You have had {limit} answers checked in the last minute, the most a minute "
+        f"allows; try again in {retry_s} s."
+    )
+    if _wants_json(request):
+        response: HttpResponse = JsonResponse({"error": reason}, status=429)
+    else:
+        feedback_store(
+            request.session, lesson.slug, challenge.id, Feedback(error=reason)
+        )
+        response = lesson_page(request, lesson, status=429)
+    response["Retry-After"] = str(retry_s)
+    return response

@@ -34,10 +34,8 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-import redis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.core.cache import cache
 from django.urls import reverse
 from django.utils import timezone
 
@@ -48,6 +46,7 @@ from course.labs.harness.queueing import ARRIVALS
 from course.labs.registry import LABS
 from course.model_pool import model_pool_run, model_pool_warm
 from course.policies import Refusal, Usage, quota_check, run_cost
+from course.ratelimits import minute_take
 from course.services.labqueue import Requester, requester_limits
 from course.textbook import (
     RUN,
@@ -75,7 +74,6 @@ SLIDER_REACH = 10
 # About this many positions along a slider.
 SLIDER_POSITIONS = 50
 ANSWER_MAX_AGE_S = 300
-RATE_WINDOW_S = 60
 
 
 # --- the controls -------------------------------------------------------------------
@@ -321,7 +319,7 @@ def explore_serve(
     key = model_key(lab, params)
     kept = model_tables_kept(lab, key)
     if kept is None:
-        retry = _run_taken(who())
+        retry = minute_take("explore", who(), settings.LAB_EXPLORE_RUNS_PER_MINUTE)
         if retry is not None:
             return Throttled(retry, _throttled_text(retry))
         with _single_flight(key):
@@ -377,27 +375,6 @@ def _throttled_text(retry: int) -> str:
         f"the most a minute allows; values you have tried still answer at once. "
         f"New ones run again in {retry} s."
     )
-
-
-def _run_taken(who: str) -> int | None:
-    """Count one model run for ``who`` in this minute's window; return the seconds
-    until the next window when the window is full, None when the run may go.
-
-    A fixed window in the site's cache (Redis), so every web process counts
-    together. Without Redis the run goes: the limit protects, it is not a record.
-    """
-    now = time.time()
-    window = int(now // RATE_WINDOW_S)
-    key = f"course:explore:{who}:{window}"
-    try:
-        cache.add(key, 0, timeout=2 * RATE_WINDOW_S)
-        count = cache.incr(key)
-    except (redis.RedisError, OSError, ValueError) as error:
-        log.warning("explore rate limit unavailable: %s", error)
-        return None
-    if count <= settings.LAB_EXPLORE_RUNS_PER_MINUTE:
-        return None
-    return max(1, math.ceil((window + 1) * RATE_WINDOW_S - now))
 
 
 _flights: dict[str, tuple[threading.Lock, int]] = {}

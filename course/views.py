@@ -559,7 +559,7 @@ def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
     etag = explore_etag(lab, params, since)
     if _etag_held(request, etag):
         return _explore_cached(HttpResponseNotModified(), etag)
-    served = explore_serve(lab, params, who=lambda: _explore_client(request))
+    served = explore_serve(lab, params, who=lambda: rate_subject(request))
     if isinstance(served, Throttled):
         response = _unstored(
             JsonResponse({"error": served.message}, status=served.status)
@@ -573,8 +573,9 @@ def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
     return response
 
 
-def _explore_client(request: HttpRequest) -> str:
-    """Whose minute a new parameter set counts in: the learner's, or the address's."""
+def rate_subject(request: HttpRequest) -> str:
+    """Whose minute a model run counts in (a new explored parameter set, a checked
+    challenge answer): the signed-in learner's, or the client address's."""
     user_id = _user_id(request)
     if user_id is not None:
         return f"user:{user_id}"

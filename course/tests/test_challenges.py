@@ -502,6 +502,23 @@ def test_an_answer_that_cannot_be_checked_is_a_400_with_the_reason(
 
 
 @pytest.mark.django_db
+def test_answers_past_the_minutes_limit_get_429_with_retry_after(
+    client, redis_client, settings
+):
+    settings.LAB_CHALLENGE_ANSWERS_PER_MINUTE = 2
+    for _ in range(2):
+        assert client.post(SERVER, {"answer": "3"}, headers=JSON).status_code == 200
+    refused = client.post(SERVER, {"answer": "3"}, headers=JSON)
+    assert refused.status_code == 429
+    assert "2 answers checked in the last minute" in refused.json()["error"]
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    # Without JavaScript: the lesson page, the reason under the challenge.
+    page = client.post(SERVER, {"answer": "3"})
+    assert page.status_code == 429
+    assert "2 answers checked in the last minute" in page.content.decode()
+
+
+@pytest.mark.django_db
 def test_only_the_lessons_own_challenges_answer(client):
     assert client.post("/course/cache-layers/challenges/nope", {}).status_code == 404
     assert client.post("/course/nope/challenges/edge-big-enough", {}).status_code == 404
