@@ -258,6 +258,8 @@ LAB_CHALLENGE_ANSWERS_PER_MINUTE = env_int(
 # its pages; 0 runs them in the web process, LAB_EXPLORE_RUNS_AT_ONCE at a time.
 LAB_EXPLORE_PROCESSES = env_int("LIBRARY_LAB_EXPLORE_PROCESSES", 1, minimum=0)
 LAB_EXPLORE_RUNS_AT_ONCE = env_int("LIBRARY_LAB_EXPLORE_RUNS_AT_ONCE", 1, minimum=1)
+# The disk cache of model runs (var/cache/models) is swept down to this size.
+LAB_MODEL_CACHE_MAX_MB = env_int("LIBRARY_LAB_MODEL_CACHE_MAX_MB", 256, minimum=1)
 # An identical run that finished this recently is offered instead of a new one.
 LAB_REUSE_S = env_int("LIBRARY_LAB_REUSE_S", 300, minimum=0)
 # A lab worker's slots: live runs at once (default: one per core, so a host never

@@ -31,6 +31,12 @@ PERIODIC_TASKS: tuple[PeriodicTask, ...] = (
         recurrence=Every.minutes(1),
     ),
     PeriodicTask(
+        # The explorable pages keep a file per parameter set tried: bounded here.
+        name="model_cache_sweep",
+        func="course.textbook.model_cache_sweep",
+        recurrence=Every.minutes(30),
+    ),
+    PeriodicTask(
         # Every anonymous visitor who runs a lab or reads a lesson gets a session:
         # expired ones are deleted nightly (Django's clearsessions).
         name="sessions_clear_expired",

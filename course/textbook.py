@@ -21,7 +21,9 @@ import json
 import math
 import os
 import re
+import shutil
 import threading
+import time
 import tomllib
 import xml.etree.ElementTree as ElementTree
 from collections import OrderedDict
@@ -303,6 +305,49 @@ def model_cache_dir() -> Path:
         digest.update(str(source.relative_to(labs)).encode())
         digest.update(source.read_bytes())
     return Path(settings.VAR_DIR) / "cache" / "models" / digest.hexdigest()[:16]
+
+
+# A writer's temporary file older than this belongs to a process that died mid-write.
+_TEMPORARY_STALE_S = 3600
+
+
+def model_cache_sweep(max_bytes: int | None = None, now: float | None = None) -> int:
+    """Bound the disk cache of model runs; return how many files went.
+
+    The folders of other versions of the labs' code are never read again, so they
+    go whole. In this version's folder the explorable pages add a file per new
+    parameter set a learner tries: past ``max_bytes`` (``LAB_MODEL_CACHE_MAX_MB``)
+    the least recently written go first. A file that went is only a model run to
+    make again, so the sweep never needs to be exact, only to keep the disk bounded.
+    """
+    limit = settings.LAB_MODEL_CACHE_MAX_MB * 2**20 if max_bytes is None else max_bytes
+    now = time.time() if now is None else now
+    current = model_cache_dir()
+    removed = 0
+    for folder in current.parent.glob("*"):
+        if folder.is_dir() and folder != current:
+            removed += sum(1 for _ in folder.glob("*"))
+            shutil.rmtree(folder, ignore_errors=True)
+    files: list[tuple[float, int, Path]] = []
+    for path in current.glob("*"):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue  # renamed or removed meanwhile
+        if path.name.endswith(".tmp"):
+            if now - stat.st_mtime > _TEMPORARY_STALE_S:
+                path.unlink(missing_ok=True)
+                removed += 1
+            continue
+        files.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in files)
+    for _, size, path in sorted(files):
+        if total <= limit:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
+        removed += 1
+    return removed
 
 
 def _write_atomically(path: Path, text: str) -> None:

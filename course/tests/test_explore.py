@@ -513,3 +513,28 @@ def test_model_answers_are_shed_before_pages_under_overload():
     # The lesson reads without them; the page asks again after Retry-After.
     assert route_class(URL) == Priority.LOW
     assert route_class("/course/cache-layers/") == Priority.NORMAL
+
+
+def test_the_disk_cache_is_swept_to_its_bound_oldest_first(fresh_models):
+    current = textbook.model_cache_dir()
+    current.mkdir(parents=True)
+    old_version = current.parent / "0123456789abcdef"
+    old_version.mkdir()
+    (old_version / "cache-layers-old.json").write_text("{}")
+    for age, name in enumerate(("newest", "middle", "oldest")):
+        path = current / f"cache-layers-{name}.json"
+        path.write_text("x" * 100)
+        os.utime(path, (1_000_000 - age * 60, 1_000_000 - age * 60))
+    crashed = current / ".cache-layers-newest.json.1.2.tmp"
+    crashed.write_text("half")
+    os.utime(crashed, (1_000_000 - 7200, 1_000_000 - 7200))
+
+    removed = textbook.model_cache_sweep(max_bytes=250, now=1_000_000)
+
+    assert removed == 3  # the old version's file, the crashed write, the oldest
+    assert not old_version.exists()
+    assert sorted(p.name for p in current.iterdir()) == [
+        "cache-layers-middle.json",
+        "cache-layers-newest.json",
+    ]
+    assert textbook.model_cache_sweep(max_bytes=250, now=1_000_000) == 0
