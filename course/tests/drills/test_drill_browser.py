@@ -18,7 +18,7 @@ from config.processes import (
     wait_until,
 )
 from jobs.models import JobStatus
-from tests.browser import needs_chromium
+from tests.browser import axe_violations, needs_axe, needs_chromium
 
 SHOTS = ROOT / "screenshots"
 # The sandbox's processes run niced: on a loaded machine they answer late. Every
@@ -27,7 +27,7 @@ SHOTS = ROOT / "screenshots"
 READY_MS = 180_000
 PASSWORD = "pw-drill-browser-1"
 
-pytestmark = [pytest.mark.browser, pytest.mark.processes, needs_chromium]
+pytestmark = [pytest.mark.browser, pytest.mark.processes, needs_chromium, needs_axe]
 
 
 @pytest.fixture
@@ -102,6 +102,8 @@ def check_passes(page, shot: str) -> None:
         if result.get_attribute("data-drill-result") != "settling":
             break
     assert result.get_attribute("data-drill-result") == "passed"
+    violations = axe_violations(page)  # the verdict, the steps, the controls
+    assert violations == [], violations
     page.screenshot(path=str(SHOTS / f"{shot}-passed-desktop.png"), full_page=True)
     page.set_viewport_size({"width": 390, "height": 844})
     page.reload()
@@ -121,6 +123,8 @@ def test_dead_letters_drill_in_the_browser(site, browser):
     page.on("pageerror", lambda error: errors.append(str(error)))
     sign_in(page, site, "dead-letter-cluster")
     page.screenshot(path=str(SHOTS / "drill-dead-letters-desktop.png"), full_page=True)
+    violations = axe_violations(page)  # the drill's brief, before it starts
+    assert violations == [], violations
     admin = start(page, "drill-dead-letters")
     base = admin.url.removesuffix("/admin/")
     admin.goto(f"{base}/admin/messaging/deadletter/clusters/")
