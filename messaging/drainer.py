@@ -52,6 +52,12 @@ from messaging.tasks import BUDGET_SECONDS, RUNNING_LEASE
 
 log = logging.getLogger("messaging")
 
+# The stream consumers read only messages older than their grace (a second, see
+# messaging.services.streams): moving them on every pass of a trickle would mostly
+# find nothing, at eight statements a time. A drainer moves them at most this often;
+# a quiet system's last messages are moved when the sweep's nudge comes.
+STREAMS_EVERY_S = 0.5
+
 # How long an announcement lasts: a drainer killed without a goodbye stops being
 # counted (and nudges fall back to rq jobs) this long after its last one.
 ANNOUNCE_SECONDS = 6.0
@@ -74,6 +80,7 @@ class Drainer:
     wakes: int = 0
     _announced: float = 0.0
     _last_pass: float = 0.0
+    _last_streams: float = 0.0
 
     def announce(self) -> None:
         """Tell nudges a drainer is alive, for the next ``ANNOUNCE_SECONDS``."""
@@ -121,6 +128,13 @@ class Drainer:
         try:
             while True:
                 self._last_pass = time.monotonic()
+                # At once again after a full pass: a replay reads batch after batch.
+                streams = (
+                    self._last_pass - self._last_streams >= STREAMS_EVERY_S
+                    or self.report.full_batch
+                )
+                if streams:
+                    self._last_streams = self._last_pass
                 relayed = self.report.relayed
                 did = drain_pass(
                     self.report,
@@ -128,6 +142,7 @@ class Drainer:
                     batch=self.batch,
                     lane=lane,
                     deadline=deadline,
+                    streams=streams,
                 )
                 if self.report.relayed > relayed:
                     self._wake_other_lanes(lane)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from messaging.models import Delivery, OutboxMessage
+from messaging.registry import STREAM_CONSUMERS
 from messaging.services.claim import deliveries_claim, due, lane_subscriptions
 from messaging.services.partitions import partition_work, partitions_drain
 from messaging.services.process import Outcome, deliveries_process
@@ -77,25 +78,30 @@ def drain_pass(
     batch: int,
     lane: str,
     deadline: datetime.datetime,
+    streams: bool = True,
 ) -> bool:
     """One step of a drain; add what it did to ``report``; return whether it did any.
 
     Relay new messages, claim a batch, process it, give each partition with work a
-    turn, and (main lane) move the stream consumers on.
+    turn, and (main lane, with ``streams``) move the stream consumers on.
     """
     report.passes += 1
     report.relayed += relay_pending()
     claimed = deliveries_claim(owner=owner, limit=batch, lane=lane)
     report.claimed += len(claimed)
     # A claim takes at most one delivery tried before: more may be waiting.
-    report.full_batch = len(claimed) >= batch or any(d.attempts > 1 for d in claimed)
+    full = len(claimed) >= batch or any(d.attempts > 1 for d in claimed)
     for outcome in deliveries_process(claimed, owner=owner):
         report.add(outcome)
     ordered = partitions_drain(owner=owner, lane=lane, deadline=deadline)
     for outcome in ordered:
         report.add(outcome)
-    moved = streams_advance() if lane == "main" else 0
+    moved = streams_advance() if lane == "main" and streams else 0
     report.streamed += moved
+    # A consumer that read a whole batch (a replay, say) has more to read.
+    report.full_batch = full or moved >= min(
+        (c.batch for c in STREAM_CONSUMERS.values()), default=moved + 1
+    )
     return bool(claimed or ordered or moved)
 
 
