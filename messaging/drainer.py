@@ -135,7 +135,7 @@ class Drainer:
                 )
                 if streams:
                     self._last_streams = self._last_pass
-                relayed = self.report.relayed
+                self.report.lanes_relayed.clear()
                 did = drain_pass(
                     self.report,
                     owner=owner,
@@ -144,8 +144,7 @@ class Drainer:
                     deadline=deadline,
                     streams=streams,
                 )
-                if self.report.relayed > relayed:
-                    self._wake_other_lanes(lane)
+                self._wake_other_lanes(lane)
                 if not (did and self.report.full_batch):
                     return
                 # A backlog: let an idle drainer (or rq worker) join in.
@@ -158,10 +157,9 @@ class Drainer:
                 held.release_if_owned()
 
     def _wake_other_lanes(self, lane: str) -> None:
-        """The relay copied messages for every lane: wake the others' drains."""
-        for other in lanes():
-            if other != lane:
-                dispatch.nudge_drain(other)
+        """Wake the drains of the other lanes this pass's relay wrote work for."""
+        for other in sorted(self.report.lanes_relayed - {lane}):
+            dispatch.nudge_drain(other)
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         """Step until ``should_stop()``; survive a database or Redis outage.

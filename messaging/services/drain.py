@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.utils import timezone
 
@@ -30,6 +30,8 @@ class DrainReport:
     # Whether the last pass may have left due work behind (a full claim, or one
     # that took a delivery tried before): the drainer passes again at once.
     full_batch: bool = False
+    # The lanes the relay wrote deliveries for (a drainer wakes the others' drains).
+    lanes_relayed: set[str] = field(default_factory=set)
 
     def add(self, outcome: Outcome) -> None:
         field = {
@@ -86,7 +88,7 @@ def drain_pass(
     turn, and (main lane, with ``streams``) move the stream consumers on.
     """
     report.passes += 1
-    report.relayed += relay_pending()
+    report.relayed += relay_pending(lanes=report.lanes_relayed)
     claimed = deliveries_claim(owner=owner, limit=batch, lane=lane)
     report.claimed += len(claimed)
     # A claim takes at most one delivery tried before: more may be waiting.
