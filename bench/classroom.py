@@ -165,6 +165,7 @@ def start_system(children: Children) -> str:
         "class-worker",
         manage_command("rqworker", "default", "messaging", "--with-scheduler"),
     )
+    children.start("class-drainer", manage_command("drainer"))
     children.start("class-scheduler", manage_command("scheduler"))
     children.start("class-labs", manage_command("labworker"))
     base = f"http://127.0.0.1:{port}"

@@ -9,6 +9,7 @@ change to the live pages is realtime's handler (``realtime.broadcast``).
 
 from __future__ import annotations
 
+from django.db import connection
 from django.db.models import Count, Max, Sum
 
 from library.cache import reads
@@ -24,6 +25,7 @@ from messaging.models import OutboxMessage
 from messaging.registry import (
     MessageType,
     group_handler,
+    stream_batch_handler,
     stream_handler,
     stream_reset_handler,
     subscription_handler,
@@ -214,6 +216,46 @@ def stock_project(message: OutboxMessage) -> None:
     ).update(**values)
     if not updated and not StockProjection.objects.filter(book_id=book_id).exists():
         StockProjection.objects.create(book_id=book_id, **values)
+
+
+@stream_batch_handler("stock_projection", single=stock_project)
+def stock_project_batch(messages: list[OutboxMessage]) -> None:
+    """``stock_project`` for a stream batch, in one statement.
+
+    Per book only the message with the highest version can win (applied in turn,
+    each later one replaces an earlier one only with a higher version; on a tie the
+    first stays), so the batch is folded to that message per book first, then one
+    upsert writes them all, keeping a row whose version is already as high.
+    """
+    newest: dict[int, tuple[int, int, int, int]] = {}
+    for message in messages:
+        book_id = body_int(message.body, "book_id")
+        row = (
+            body_int(message.body, "branch_id"),
+            body_int(message.body, "on_shelf"),
+            body_int(message.body, "book_version"),
+            message.pk,
+        )
+        if book_id not in newest or newest[book_id][2] < row[2]:
+            newest[book_id] = row
+    if not newest:
+        return
+    table = connection.ops.quote_name(StockProjection._meta.db_table)
+    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(newest))
+    params = [v for book_id, row in newest.items() for v in (book_id, *row)]
+    # The same statement on PostgreSQL and SQLite (3.24+): the WHERE keeps a row
+    # whose version is as high or higher, as stock_project's filter does.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} AS p"
+            ' (book_id, branch_id, on_shelf, book_version, "offset")'
+            f" VALUES {values}"
+            " ON CONFLICT (book_id) DO UPDATE SET branch_id = excluded.branch_id,"
+            " on_shelf = excluded.on_shelf, book_version = excluded.book_version,"
+            ' "offset" = excluded."offset"'
+            " WHERE p.book_version < excluded.book_version",
+            params,
+        )
 
 
 @stream_reset_handler("stock_projection")

@@ -1,4 +1,13 @@
-"""The nudge: queue a drain of a lane on rq, at most one waiting per lane.
+"""The nudge: wake a drainer, or queue a drain of a lane on rq when none is alive.
+
+Two ways to drain a lane, and the nudge picks one:
+
+- A live drainer (``manage.py drainer``, ``messaging.drainer``) blocks on the lane's
+  wake-up list in Redis; the nudge pushes one wake-up (the list holds at most one:
+  a drainer that wakes drains everything committed before its pass). Drainers
+  announce themselves in a sorted set scored by when their announcement expires.
+- With no drainer alive, the nudge queues an rq drain job (``messaging.tasks.drain``)
+  as it always did: the fallback a worker with the ``messaging`` queue still serves.
 
 Imports rq and Redis only, so every service that commits work (publish, redrive,
 rewind) can nudge the drain without importing the drain itself. The job is named by
@@ -9,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 
 import django_rq
 from redis import Redis
@@ -22,6 +32,14 @@ DRAIN_JOB = "messaging.tasks.drain"
 # arriving meanwhile is covered by that queued job, so a burst of commits queues one
 # drain, and a commit after a drain started always queues the next one.
 QUEUED_KEY = "messaging:drain-queued"
+
+
+# A lane's wake-up list: a drainer BLPOPs it; a nudge pushes one entry and trims the
+# list to one, so a burst of commits leaves a single wake-up.
+WAKE_KEY = "messaging:wake"
+# Live drainers: member = drainer name, score = when its announcement expires (Unix
+# seconds). A drainer killed without a goodbye stops counting once its score passes.
+DRAINERS_KEY = "messaging:drainers"
 
 
 # Told after every commit that appended to the outbox: a process following the log
@@ -47,13 +65,31 @@ def queued_key(lane: str) -> str:
     return QUEUED_KEY if lane == "main" else f"{QUEUED_KEY}:{lane}"
 
 
-def nudge_drain(lane: str = "main") -> None:
-    """Queue a drain of ``lane`` unless one is already waiting. Runs after commit.
+def wake_key(lane: str) -> str:
+    """Return the Redis list a drainer of ``lane`` blocks on."""
+    return WAKE_KEY if lane == "main" else f"{WAKE_KEY}:{lane}"
 
-    A Redis failure only delays the work: the scheduler's sweep nudges again.
+
+def nudge_drain(lane: str = "main", *, announce: bool = False) -> None:
+    """Wake a drainer of ``lane``, or queue an rq drain when no drainer is alive.
+
+    Runs after commit. One round trip when a drainer is alive (wake-up, trim and the
+    drainers' count in one pipeline, plus the log's announcement when ``announce``);
+    without one, the rq job is queued unless one is already waiting. A Redis failure
+    only delays the work: the scheduler's sweep nudges again.
     """
     try:
         connection = _redis()
+        key = wake_key(lane)
+        with connection.pipeline(transaction=False) as pipe:
+            pipe.lpush(key, b"1")
+            pipe.ltrim(key, 0, 0)
+            pipe.zcount(DRAINERS_KEY, time.time(), "+inf")
+            if announce:
+                pipe.publish(LOG_CHANNEL, b"1")
+            drainers = pipe.execute()[2]
+        if drainers:
+            return
         if connection.set(queued_key(lane), "1", nx=True, ex=10):
             django_rq.get_queue(QUEUE, connection=connection).enqueue(
                 DRAIN_JOB, lane=lane
@@ -65,13 +101,8 @@ def nudge_drain(lane: str = "main") -> None:
 def published() -> None:
     """After a commit that appended to the outbox: nudge the relay, tell listeners.
 
-    The announcement is a hint: a listener that misses it (Redis down, not yet
-    subscribed) still finds the message at its next poll.
+    The announcement rides in the nudge's pipeline. It is a hint: a listener that
+    misses it (Redis down, not yet subscribed) still finds the message at its next
+    poll.
     """
-    nudge_drain()
-    try:
-        _redis().publish(LOG_CHANNEL, b"1")
-    except RedisError as error:
-        log.warning(
-            "could not announce the outbox commit (polls will see it): %s", error
-        )
+    nudge_drain(announce=True)

@@ -177,6 +177,10 @@ GROUP_HANDLERS: dict[str, tuple[Handler, GroupHandler]] = {}
 AFTER_BATCH: dict[str, Flush] = {}
 OUTSIDE: dict[str, Handler] = {}
 STREAM_HANDLERS: dict[str, Handler] = {}
+# Optional, like GROUP_HANDLERS: applies a stream batch's accepted messages at once
+# (one statement instead of one per message), with the result of its handler
+# applied to each in turn. Used only while that one-message handler is bound.
+STREAM_BATCH_HANDLERS: dict[str, tuple[Handler, GroupHandler]] = {}
 STREAM_RESETS: dict[str, Flush] = {}
 
 # Every message type a publisher may use, in registration order.
@@ -252,6 +256,26 @@ def outside_handler(subscription: str) -> Callable[[_F], _F]:
 def stream_handler(consumer: str) -> Callable[[_F], _F]:
     """Bind the decorated ``handler(message)`` as stream ``consumer``'s effect."""
     return _binder(STREAM_HANDLERS, consumer)
+
+
+def stream_batch_handler(consumer: str, *, single: Handler) -> Callable[[_F], _F]:
+    """Bind the decorated ``apply(messages)`` as ``single`` for a whole batch."""
+
+    def bind(function: _F) -> _F:
+        STREAM_BATCH_HANDLERS[consumer] = (single, function)
+        return function
+
+    return bind
+
+
+def stream_batch_handler_for(consumer: str) -> GroupHandler | None:
+    """Return the consumer's batch handler, if bound beside its current handler."""
+    single, batch = STREAM_BATCH_HANDLERS.get(consumer, (None, None))
+    return (
+        batch
+        if single is not None and STREAM_HANDLERS.get(consumer) is single
+        else None
+    )
 
 
 def stream_reset_handler(consumer: str) -> Callable[[_F], _F]:

@@ -1,9 +1,9 @@
 """Three daphnes behind a real HAProxy: one SIGKILLed mid-stream loses no live update.
 
 The cluster of ``make cluster`` (``Procfile.cluster``), started here on free ports:
-three daphnes with ``--proxy-headers``, two rq workers that drain the outbox and
-broadcast, the scheduler (its sweep relays a message whose nudge was lost) and
-HAProxy with ``deploy/haproxy.cfg``. WebSocket and SSE clients follow branch 1
+three daphnes with ``--proxy-headers``, two rq workers, two drainers that drain the
+outbox and broadcast, the scheduler (its sweep relays a message whose nudge was
+lost) and HAProxy with ``deploy/haproxy.cfg``. WebSocket and SSE clients follow branch 1
 through the balancer while the desk issues loans through it; half way, the daphne
 that serves at least one client of each kind is SIGKILLed and is *not* restarted
 (``scripts/supervise.sh`` would restart it in ``make cluster``; here the point is
@@ -425,6 +425,7 @@ def test_a_sigkilled_daphne_loses_and_doubles_no_live_update(library, tmp_path):
         processes += daphnes.values()
         processes += [start_manage("rqworker", "default", "messaging", env=env)]
         processes += [start_manage("rqworker", "default", "messaging", env=env)]
+        processes += [start_manage("drainer", env=env) for _ in range(2)]
         processes += [start_manage("scheduler", env=env)]
         processes.append(
             start_haproxy(balancer_port, daphne_ports, tmp_path / "haproxy.log")

@@ -115,6 +115,7 @@ def started(run: Run, port: int) -> None:
     """Wait until daphne listens and the workers and the scheduler are running."""
     wait_listening(port, run.process, timeout=60)
     wait_until(lambda: run.said(r"worker\.1 .*Listening on"), "the rq worker")
+    wait_until(lambda: run.said(r"drainer\.1 .*drainer .* started"), "the drainer")
     wait_until(lambda: run.said(r"labs\.1 .*lab worker"), "the lab worker")
     wait_until(lambda: run.said(r"scheduler\.1 started"), "the scheduler")
 
@@ -124,7 +125,7 @@ def test_an_operators_stop_ends_make_run_with_0(make_run, stop):
     run, port = make_run
     started(run, port)
     children = run.pids()
-    assert len(children) == 4  # web, worker, lab worker, scheduler
+    assert len(children) == 5  # web, worker, drainer, lab worker, scheduler
 
     if stop == signal.SIGINT:
         # Ctrl-C: the terminal signals the launcher's whole group.

@@ -11,9 +11,9 @@
    sandbox sweep removes it if the supervisor is killed);
 3. starts the agent inside the sandbox and has it create the operator account, store
    the learner's one-time sign-in and seed the incident;
-4. starts the sandbox's rq worker and scheduler, and a daphne serving the real site
-   from the sandbox on a free port of 127.0.0.1, with cookies named apart from the
-   site's;
+4. starts the sandbox's rq worker, drainer and scheduler, and a daphne serving the
+   real site from the sandbox on a free port of 127.0.0.1, with cookies named apart
+   from the site's;
 5. writes the port on the row (the page then shows the learner's sign-in link), and
    watches the row: a check asked for is run by the agent and its verdict written;
    another sign-in link is stored; a stop, the idle timeout (``DRILL_IDLE_S``
@@ -254,10 +254,12 @@ class Supervisor:
         self._say("starting the sandbox's site", 60.0, facts=facts)
         port = free_port()
         environment = site_environment(sandbox, port)
-        # The site's own processes, as its Procfile runs them: a worker, and the
-        # scheduler (whose sweep re-nudges retries a drain left for later).
+        # The site's own processes, as its Procfile runs them: a worker, the
+        # outbox's drainer, and the scheduler (whose sweep re-nudges retries a
+        # drain left for later).
         for name, command in (
             ("worker", ("rqworker", "default", "messaging", "--with-scheduler")),
+            ("drainer", ("drainer",)),
             ("scheduler", ("scheduler",)),
         ):
             self.processes[name] = subprocess.Popen(

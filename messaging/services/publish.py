@@ -15,7 +15,7 @@ from django.utils import timezone
 from messaging import dispatch
 from messaging.models import Delivery, OutboxMessage
 from messaging.policies import partition_of
-from messaging.registry import subscriptions_for
+from messaging.registry import SUBSCRIPTIONS, subscriptions_for
 from messaging.services.subscriptions import subscription_states
 
 
@@ -31,8 +31,11 @@ def outbox_publish(*, type: str, key: str | int, body: dict[str, Any]) -> Outbox
     return message
 
 
-def relay_pending(*, limit: int = 500) -> int:
+def relay_pending(*, limit: int = 500, lanes: set[str] | None = None) -> int:
     """Write the deliveries of messages not relayed yet; return how many messages.
+
+    ``lanes``, if given, gets the drain lane of every delivery written: the lanes
+    whose drains have new work.
 
     A subscription gets a copy when its filter accepts the type, it is active and
     the message came after it started (``SubscriptionState``): a filtered-out or
@@ -63,6 +66,8 @@ def relay_pending(*, limit: int = 500) -> int:
             if states[s.name].takes(m.pk)
         ]
         Delivery.objects.bulk_create(deliveries, ignore_conflicts=True, batch_size=500)
+        if lanes is not None:
+            lanes.update(SUBSCRIPTIONS[d.subscription].lane for d in deliveries)
         OutboxMessage.objects.filter(pk__in=[m.pk for m in messages]).update(
             relayed_at=now
         )

@@ -37,7 +37,12 @@ from django.utils import timezone
 from messaging import dispatch
 from messaging.errors import PermanentMessageError
 from messaging.models import Delivery, LogRetention, OutboxMessage, StreamConsumer
-from messaging.registry import STREAM_CONSUMERS, STREAM_HANDLERS, STREAM_RESETS
+from messaging.registry import (
+    STREAM_CONSUMERS,
+    STREAM_HANDLERS,
+    STREAM_RESETS,
+    stream_batch_handler_for,
+)
 
 log = logging.getLogger("messaging")
 
@@ -149,14 +154,14 @@ def _advance(name: str, *, skip: int | None = None, reason: str = "") -> int:
         messages = list(unread.order_by("id")[: spec.batch])
         if not messages:
             return 0
-        handler = STREAM_HANDLERS[name]
-        for message in messages:
-            if message.pk == skip or message.type not in spec.accepts:
-                continue
-            try:
-                handler(message)
-            except PermanentMessageError as error:
-                raise _Unusable(message.pk, error) from error
+        accepted = [m for m in messages if m.pk != skip and m.type in spec.accepts]
+        if not _apply_batch(name, accepted):
+            handler = STREAM_HANDLERS[name]
+            for message in accepted:
+                try:
+                    handler(message)
+                except PermanentMessageError as error:
+                    raise _Unusable(message.pk, error) from error
         consumer.offset = messages[-1].pk
         consumer.applied_total += len(messages)
         consumer.state = StreamConsumer.State.OK
@@ -167,6 +172,23 @@ def _advance(name: str, *, skip: int | None = None, reason: str = "") -> int:
             consumer.last_error = note[:2000]
         consumer.save()
         return len(messages)
+
+
+def _apply_batch(name: str, accepted: list[OutboxMessage]) -> bool:
+    """Apply ``accepted`` with the consumer's batch handler; False if it has none or
+    a message cannot be applied (the caller then goes one by one, which finds it).
+
+    Call inside the batch's transaction: the savepoint undoes a half-applied batch.
+    """
+    apply = stream_batch_handler_for(name)
+    if apply is None or len(accepted) < 2:
+        return False
+    try:
+        with transaction.atomic():
+            apply(accepted)
+    except PermanentMessageError:
+        return False
+    return True
 
 
 def _mark_trimmed(consumer: StreamConsumer) -> None:

@@ -202,7 +202,7 @@ def test_in_book_order_holds_under_several_drains_with_random_delays(
     library_rows, monkeypatch
 ):
     """Four drains at once, each effect delayed at random: no book ever inverts."""
-    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda lane="main": None)
+    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda *a, **k: None)
     real_append = subscribers.ledger_append
     rng = random.Random(20250720)
 
@@ -432,7 +432,7 @@ def test_a_subscriptions_slow_part_runs_outside_its_transaction(
 ):
     """The slow lane's wait must not hold the database (SQLite's one write lock)."""
     seen: list[bool] = []
-    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda lane="main": None)
+    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda *a, **k: None)
     monkeypatch.setitem(
         registry.OUTSIDE,
         "lab_slow",

@@ -1,7 +1,9 @@
-"""Failure as a feature: real rq worker processes killed with SIGKILL, Redis flushed.
+"""Failure as a feature: real drain processes killed with SIGKILL, Redis flushed.
 
-These start `manage.py rqworker` and `manage.py scheduler` processes against this test
-run's database and Redis, so they need committed data (transaction=True).
+These start `manage.py rqworker` or `manage.py drainer` processes (each test runs on
+both: the drainer is what the Procfiles run, the rq drain job its fallback) and
+`manage.py scheduler` against this test run's database and Redis, so they need
+committed data (transaction=True).
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ pytestmark = [
     pytest.mark.each_database,
 ]
 LEASE_SECONDS = 2
+# The two ways the outbox is drained: an rq worker forking a drain job per nudge,
+# and the long-lived drainer (messaging.drainer).
+DRAIN_PROCESSES = {"rqworker": ("rqworker", "messaging"), "drainer": ("drainer",)}
+drain_process = pytest.mark.parametrize("drain", sorted(DRAIN_PROCESSES))
 
 
 def start(*args: str) -> subprocess.Popen[bytes]:
@@ -72,10 +78,12 @@ def wait_until_settled(deadline_s: float) -> None:
     wait_until(settled, "every delivery done or dead", timeout=deadline_s)
 
 
-def test_sigkilled_workers_leave_exactly_one_notification_per_loan(redis_client):
+@drain_process
+def test_sigkilled_workers_leave_exactly_one_notification_per_loan(redis_client, drain):
     loans = 2000
     make_library(books=50, members=100)
-    workers = [start("rqworker", "messaging") for _ in range(2)]
+    command = DRAIN_PROCESSES[drain]
+    workers = [start(*command) for _ in range(2)]
     scheduler = start("scheduler")
     rng = random.Random(20250720)
     try:
@@ -85,13 +93,13 @@ def test_sigkilled_workers_leave_exactly_one_notification_per_loan(redis_client)
             if n % 250 == 125:  # kill one worker mid-drain, then replace it
                 victim = rng.randrange(len(workers))
                 kill(workers[victim])
-                workers[victim] = start("rqworker", "messaging")
+                workers[victim] = start(*command)
                 kills += 1
         for _ in range(3):  # and a few more while the backlog drains
             time.sleep(rng.uniform(0.3, 1.0))
             victim = rng.randrange(len(workers))
             kill(workers[victim])
-            workers[victim] = start("rqworker", "messaging")
+            workers[victim] = start(*command)
             kills += 1
         wait_until_settled(deadline_s=240)
     finally:
@@ -107,13 +115,14 @@ def test_sigkilled_workers_leave_exactly_one_notification_per_loan(redis_client)
     assert Delivery.objects.filter(status="done").count() == per_loan_copies * loans
 
 
-def test_redis_flushed_mid_run_delays_but_loses_nothing(redis_client):
+@drain_process
+def test_redis_flushed_mid_run_delays_but_loses_nothing(redis_client, drain):
     make_library(books=10, members=10)
     for n in range(60):
         loan_issue(book_id=n % 10 + 1, member_id=n % 10 + 1)
     # The nudges are in Redis now; lose them, as a Redis restarted without data would.
     redis_client.flushdb()
-    worker = start("rqworker", "messaging")
+    worker = start(*DRAIN_PROCESSES[drain])
     scheduler = start("scheduler")  # its sweep finds the unrelayed messages
     try:
         wait_until_settled(deadline_s=120)
@@ -131,8 +140,9 @@ def test_redis_flushed_mid_run_delays_but_loses_nothing(redis_client):
     )
 
 
+@drain_process
 def test_message_that_kills_its_worker_is_isolated_and_others_flow(
-    redis_client, tmp_path
+    redis_client, tmp_path, drain
 ):
     make_library(books=5, members=5)
     # The notification handler below SIGKILLs its own process for loans of book 3.
@@ -150,7 +160,7 @@ def test_message_that_kills_its_worker_is_isolated_and_others_flow(
         "import django; django.setup();"
         "from messaging.tests import poison; poison.install();"
         "from django.core.management import call_command;"
-        "call_command('rqworker', 'messaging')"
+        f"call_command(*{DRAIN_PROCESSES[drain]!r})"
     )
 
     def start_poisonable() -> subprocess.Popen[bytes]:

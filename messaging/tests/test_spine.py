@@ -372,7 +372,7 @@ def test_broadcasts_of_a_batch_are_sent_once_it_is_processed(library_rows, monke
             sent.append((group, event["book"], event["offset"]))
 
     monkeypatch.setattr(broadcast, "get_channel_layer", lambda: Layer())
-    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda: None)
+    monkeypatch.setattr("messaging.dispatch.nudge_drain", lambda *a, **k: None)
     first = loan_issue(book_id=1, member_id=1)  # book 1 is at branch 2
     second = loan_issue(book_id=2, member_id=1)  # book 2 at branch 1
     relay_pending()

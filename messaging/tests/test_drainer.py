@@ -1,0 +1,159 @@
+"""The drainer (messaging.drainer): woken by nudges, drains in its own process.
+
+One step at a time here, in the test's process; the drainer as a real process,
+SIGKILLed mid-batch and killed by a poison message, is in test_reliability.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django_rq import get_queue
+
+from library.models import StockProjection
+from library.services import loan_issue
+from library.subscribers import stock_project, stock_project_batch
+from messaging import dispatch
+from messaging.drainer import Drainer
+from messaging.errors import PermanentMessageError
+from messaging.models import Delivery, OutboxMessage
+from messaging.registry import lanes, subscriptions_for
+from messaging.services.streams import stream_advance
+
+
+def wake_ups(client: redis.Redis) -> int:
+    return int(client.llen(dispatch.wake_key("main")))
+
+
+def test_a_live_drainer_is_woken_instead_of_an_rq_job_queued(redis_client):
+    drainer = Drainer(redis=redis_client)
+    drainer.announce()
+    for _ in range(5):
+        dispatch.nudge_drain()
+    assert wake_ups(redis_client) == 1  # a burst leaves one wake-up
+    assert get_queue(dispatch.QUEUE).count == 0
+    drainer.retire()
+    dispatch.nudge_drain()
+    assert get_queue(dispatch.QUEUE).count == 1  # no drainer: the rq fallback
+
+
+def test_a_drainer_killed_without_goodbye_stops_counting(redis_client):
+    # Its announcement has already run out, as one whose process died would have.
+    redis_client.zadd(dispatch.DRAINERS_KEY, {"dead:1": 1.0})
+    dispatch.nudge_drain()
+    assert get_queue(dispatch.QUEUE).count == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_drains_the_loans_its_wake_up_announced(library_rows, redis_client):
+    drainer = Drainer(redis=redis_client, block=0.1, gather=0.0)
+    drainer.announce()
+    for n in range(3):
+        loan_issue(book_id=n + 1, member_id=1)  # commits, then nudges
+    assert wake_ups(redis_client) == 1
+    assert drainer.step() is True
+    copies = 3 * len(subscriptions_for("loan_issued"))
+    assert Delivery.objects.filter(status="done").count() == copies
+    # No lane but main got work (the course's probe lanes take no loans): no other
+    # lane's drain was woken for nothing.
+    assert lanes()[1:], "the course registers a lane of its own"
+    for lane in lanes():
+        assert redis_client.llen(dispatch.wake_key(lane)) == 0
+    # Nothing committed since: the next step waits out its block, passing nothing.
+    passes = drainer.report.passes
+    assert drainer.step() is False
+    assert drainer.report.passes == passes
+    assert get_queue(dispatch.QUEUE).count == 0  # no rq job was ever queued
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_full_claim_is_followed_by_another_pass(library_rows, redis_client):
+    drainer = Drainer(redis=redis_client, block=0.1, gather=0.0, batch=4)
+    for n in range(3):
+        loan_issue(book_id=n + 1, member_id=1)
+    redis_client.lpush(dispatch.wake_key("main"), b"1")
+    assert drainer.step() is True
+    assert not Delivery.objects.filter(status="pending").exists()
+    assert drainer.report.passes > 1
+
+
+def test_drainer_connection_waits_longer_than_it_blocks():
+    # BLPOP must end before the client's socket timeout would cut it off.
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+    assert timeout is None or timeout > Drainer(redis=client).block
+
+
+# --- the stock projection's batch ---------------------------------------------------
+
+
+def _message(pk: int, book: int, version: int, on_shelf: int) -> OutboxMessage:
+    body = {
+        "book_id": book,
+        "branch_id": 1,
+        "on_shelf": on_shelf,
+        "book_version": version,
+    }
+    return OutboxMessage(pk=pk, type="loan_issued", key=str(book), body=body)
+
+
+@pytest.mark.django_db
+def test_the_projection_batch_leaves_what_one_message_at_a_time_leaves():
+    StockProjection.objects.create(
+        book_id=3, branch_id=1, on_shelf=9, book_version=7, offset=1
+    )
+    batch = [
+        _message(10, book=1, version=2, on_shelf=4),
+        _message(11, book=1, version=1, on_shelf=5),  # older: never wins
+        _message(12, book=2, version=3, on_shelf=1),
+        _message(13, book=2, version=3, on_shelf=0),  # a tie: the first stays
+        _message(14, book=3, version=6, on_shelf=2),  # below the stored version
+        _message(15, book=1, version=4, on_shelf=3),
+    ]
+    stock_project_batch(batch)
+    together = list(StockProjection.objects.values_list())
+    StockProjection.objects.all().delete()
+    StockProjection.objects.create(
+        book_id=3, branch_id=1, on_shelf=9, book_version=7, offset=1
+    )
+    for message in batch:
+        stock_project(message)
+    assert together == list(StockProjection.objects.values_list())
+    assert together[0] == (1, 1, 3, 4, 15)
+
+
+@pytest.mark.django_db
+def test_a_malformed_message_in_a_projection_batch_is_stepped_past(library_rows):
+    for n in range(3):
+        loan_issue(book_id=n + 1, member_id=1)
+    # Past the stream's grace (PostgreSQL reads only messages a second old).
+    OutboxMessage.objects.update(
+        created_at=timezone.now() - datetime.timedelta(hours=1)
+    )
+    bad = OutboxMessage.objects.order_by("id")[1]
+    bad.body = {"book_id": "two"}
+    bad.save()
+    with pytest.raises(PermanentMessageError):
+        stock_project(bad)
+    while stream_advance("stock_projection"):
+        pass
+    projected = set(StockProjection.objects.values_list("book_id", flat=True))
+    assert projected == {1, 3}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_relay_into_another_lane_wakes_that_lanes_drain(redis_client):
+    from messaging.services import outbox_publish, subscription_start
+
+    subscription_start("lab_slow")  # the course's subscription in lane "slow"
+    with transaction.atomic():
+        outbox_publish(type="lab_probe", key="1", body={"n": 1})
+    drainer = Drainer(redis=redis_client, block=0.1, gather=0.0)
+    drainer.drain("main")  # relays it: copies for lab_probe (main) and lab_slow
+    assert redis_client.llen(dispatch.wake_key("slow")) == 1
+    assert Delivery.objects.filter(subscription="lab_slow").count() == 1
