@@ -63,9 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("broadcast")
     group.add_argument(
         "--broadcast-clients",
-        type=int,
+        type=str,
         default=None,
-        help="WebSocket clients and Redis subscribers (default 200, quick 40)",
+        help="WebSocket clients and Redis subscribers; several, comma-separated, are"
+        " measured one after the other on the same daphnes (default 200, quick 40)",
     )
     group.add_argument(
         "--broadcast-rounds",
@@ -87,16 +88,25 @@ class Params:
     clients: int
     rounds: int
     idle_s: float = 0.0
+    first_loan: int = 0  # index of this measurement's first book and member
 
-    @classmethod
-    def from_options(cls, options: argparse.Namespace) -> Params:
-        clients = options.broadcast_clients or (40 if options.quick else 200)
-        rounds = options.broadcast_rounds or (5 if options.quick else 30)
-        if clients < 2 or rounds < 1:
-            raise BenchError("broadcast: at least 2 clients and 1 round")
-        return cls(
-            clients=clients, rounds=rounds, idle_s=options.broadcast_idle_s or 0.0
-        )
+
+def counts_from_options(options: argparse.Namespace) -> list[int]:
+    text = options.broadcast_clients or ("40" if options.quick else "200")
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise BenchError(f"broadcast: bad --broadcast-clients {text!r}") from None
+    if min(counts) < 2:
+        raise BenchError("broadcast: at least 2 clients")
+    return counts
+
+
+def rounds_from_options(options: argparse.Namespace) -> int:
+    rounds = int(options.broadcast_rounds or (5 if options.quick else 30))
+    if rounds < 1:
+        raise BenchError("broadcast: at least 1 round")
+    return rounds
 
 
 @dataclass
@@ -275,8 +285,9 @@ async def run_async(
         for round_ in range(params.rounds):
             # The broadcast of a loan (the fan-out: one PUBLISH, one frame).
             cpu = daphne_cpu_s()
+            loan = params.first_loan + round_
             committed, version = await asyncio.to_thread(
-                issue_and_drain, book_ids[round_], member_ids[round_]
+                issue_and_drain, book_ids[loan], member_ids[loan]
             )
             sent = clock.sent_at[-1]
             await wait_for(lambda v=version: all(v in s for s in ws_seen))
@@ -287,7 +298,7 @@ async def run_async(
             # The same update as a group message of the channel layer, the path
             # broadcasts took before the fan-out (and still take on the in-process
             # layer); a version of its own, never a loan's.
-            key = GROUP_VERSIONS + round_
+            key = GROUP_VERSIONS + params.first_loan + round_
             cpu, sent = daphne_cpu_s(), time.time()
             await layer.group_send(
                 f"branch-{BRANCH}",
@@ -335,19 +346,22 @@ async def wait_for(condition: Any) -> None:
 
 
 def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
-    from realtime.accounting import counters_read
-
-    params = Params.from_options(options)
-    create_library(params.rounds)
+    counts, rounds = counts_from_options(options), rounds_from_options(options)
+    idle_s = float(options.broadcast_idle_s or 0.0)
+    create_library(rounds * len(counts))
     print(
-        f"  starting 2 daphne; {params.clients} clients, {params.rounds} loans",
+        f"  starting 2 daphne; {'/'.join(map(str, counts))} clients,"
+        f" {rounds} loans each",
         flush=True,
     )
     ports = [start_daphne(children, f"daphne-ws-{n}") for n in (1, 2)]
     pids = [children.processes[f"daphne-ws-{n}"].pid for n in (1, 2)]
+    runs = []
     try:
-        measured = asyncio.run(run_async(params, ports, pids))
-        counters = counters_read([f"branch-{BRANCH}"])[f"branch-{BRANCH}"]
+        for index, clients in enumerate(counts):
+            params = Params(clients, rounds, idle_s, first_loan=index * rounds)
+            runs.append(measure(params, ports, pids))
+            print(text_report(runs[-1]), flush=True)
     finally:
         children.check_alive()
         for n in (1, 2):
@@ -355,18 +369,41 @@ def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
     tracebacks = sum(
         children.log_text(f"daphne-ws-{n}").count("Traceback") for n in (1, 2)
     )
+    result = {
+        "params": {
+            "clients": counts,
+            "rounds": rounds,
+            "instances": 2,
+            "idle_s": idle_s,
+        },
+        "runs": runs,
+        "daphne_tracebacks": {
+            "target": "== 0",
+            "measured": tracebacks,
+            "met": tracebacks == 0,
+        },
+    }
+    return result
+
+
+def measure(params: Params, ports: list[int], pids: list[int]) -> dict[str, Any]:
+    """Connect ``params.clients`` of each kind, run the rounds, check the targets."""
+    from realtime.accounting import counters_read
+
+    group = f"branch-{BRANCH}"
+    before = counters_read([group])[group]
+    measured = asyncio.run(run_async(params, ports, pids))
+    after = counters_read([group])[group]
+    counters = {name: after[name] - before[name] for name in after}
     base_p99 = measured["baseline"]["p99_ms"]
     limit = TARGET_FACTOR * base_p99
     p99 = measured["broadcast"]["p99_ms"]
     drops = measured["broadcast"]["drops"]
     frames = measured["broadcast"]["deliveries"] + measured["group_send"]["deliveries"]
-    result = {
-        "params": {
-            "clients": params.clients,
-            "rounds": params.rounds,
-            "instances": 2,
-            "idle_s": params.idle_s,
-        },
+    return {
+        "clients": params.clients,
+        "rounds": params.rounds,
+        "idle_s": params.idle_s,
         **measured,
         "server_counters": counters,
         "targets": {
@@ -376,11 +413,6 @@ def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
                 "met": p99 <= limit,
             },
             "drops": {"target": "== 0", "measured": drops, "met": drops == 0},
-            "daphne_tracebacks": {
-                "target": "== 0",
-                "measured": tracebacks,
-                "met": tracebacks == 0,
-            },
             "delivery_counter": {
                 "target": f"== {frames} frames received (both daphne sides)",
                 "measured": counters["deliveries"],
@@ -388,8 +420,6 @@ def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
             },
         },
     }
-    print(text_report(result), flush=True)
-    return result
 
 
 def text_report(result: dict[str, Any]) -> str:
@@ -433,9 +463,9 @@ def text_report(result: dict[str, Any]) -> str:
     commit = result["commit_to_last_client_ms"]
     return "\n".join(
         [
-            f"{result['params']['clients']} clients on 2 daphne, "
-            f"{result['params']['rounds']} loans, held {result.get('held_s', '?')} s"
-            f" (idle {result['params'].get('idle_s', 0):g} s after every"
+            f"{result['clients']} clients on 2 daphne, "
+            f"{result['rounds']} loans, held {result.get('held_s', '?')} s"
+            f" (idle {result.get('idle_s', 0):g} s after every"
             f" {IDLE_EVERY} rounds)",
             table,
             f"loan commit -> last client: p50 {commit['p50']} ms,"
@@ -447,11 +477,23 @@ def text_report(result: dict[str, Any]) -> str:
     )
 
 
+def full_report(result: dict[str, Any]) -> str:
+    tracebacks = result["daphne_tracebacks"]
+    return "\n\n".join(
+        [
+            *(text_report(run) for run in result["runs"]),
+            f"daphne tracebacks: {tracebacks['target']}; measured"
+            f" {tracebacks['measured']}: "
+            + ("met" if tracebacks["met"] else "NOT met"),
+        ]
+    )
+
+
 def markdown_report(document: dict[str, Any]) -> str:
     return markdown_page(
         document,
         title="Broadcast benchmark (broadcast)",
-        report=text_report(document["results"][NAME]),
+        report=full_report(document["results"][NAME]),
         note="Delivery time: from the moment `broadcast_flush` starts the group send"
         " (or the baseline's PUBLISH) to a client's receive, wall clock, one"
         " machine. Both sides alternate round by round in one event loop. See"
