@@ -283,7 +283,9 @@ class Children:
             def settled(
                 process: subprocess.Popen[bytes] = process, port: int = port
             ) -> bool:
-                return process.poll() is not None or check(port)
+                return process.poll() is not None or (
+                    check(port) and _listens_on(process.pid, port)
+                )
 
             try:
                 process_wait_until(
@@ -480,6 +482,32 @@ def _process_cpu_s(pid: int, *, children: bool) -> float:
 def process_cpu_s(pid: int) -> float:
     """CPU seconds a living process has used so far (0 once it is gone)."""
     return _process_cpu_s(pid, children=False)
+
+
+def _listens_on(pid: int, port: int) -> bool:
+    """Return whether process ``pid`` (or a descendant) holds the listening socket of
+    ``port``: a port taken by another process answers too, but not for our child."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local address "ADDR:PORT" in hex, state 0A is LISTEN, inode field 9.
+            if int(fields[1].rpartition(":")[2], 16) == port and fields[3] == "0A":
+                inodes.add(f"socket:[{fields[9]}]")
+    for member in (pid, *descendants(pid)):
+        try:
+            fds = list(Path(f"/proc/{member}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in inodes:
+                    return True
+    return False
 
 
 def _postgres_cpu_s() -> float:
