@@ -35,7 +35,9 @@ from typing import IO, Any
 from config.processes import (
     WaitTimeout,
     descendants,
+    free_port,
     kill,
+    listening,
     manage_command,
     start,
     stop,
@@ -51,6 +53,11 @@ LOG_DIR = VAR_DIR / "bench-logs"
 BENCH_REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "14"))
 SQLITE_PATH = VAR_DIR / "bench.sqlite3"
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/library_bench"
+# A child server's start: Django's imports alone take seconds, and tens of them
+# on a loaded 2-core machine; past this it is reported stuck, with its log.
+SERVER_START_S = 180.0
+PORT_ATTEMPTS = 3
+LOG_TAIL_LINES = 20
 
 
 class BenchError(RuntimeError):
@@ -221,12 +228,84 @@ class Children:
         return process
 
     def check_alive(self) -> None:
+        """Raise ``BenchError`` naming a child that exited: its status and its log."""
         for name, process in self.processes.items():
             if process.poll() is not None:
-                raise BenchError(
-                    f"{name} exited with {process.returncode};"
-                    f" see {LOG_DIR / (name + '.log')}"
+                raise BenchError(f"a child exited early:\n{self.report(name)}")
+
+    def report(self, name: str, *, lines: int = LOG_TAIL_LINES) -> str:
+        """Return what is known of child ``name``: status, CPU used, its log's end.
+
+        A child still running with an empty log was busy (CPU seconds grow: still
+        importing on a loaded machine) or blocked (they do not): the report says
+        which, so a start that timed out can be told apart from a hang.
+        """
+        process = self.processes[name]
+        code = process.poll()
+        if code is None:
+            state = _stat_fields(process.pid)
+            status = (
+                f"running (pid {process.pid}, state {state[1][0]},"
+                f" {_process_cpu_s(process.pid, children=False):.1f} s CPU)"
+                if state is not None
+                else f"running (pid {process.pid})"
+            )
+        elif code < 0:
+            status = f"killed by signal {-code}"
+        else:
+            status = f"exited with status {code}"
+        path = LOG_DIR / f"{name}.log"
+        text = self.log_text(name).rstrip() if path.exists() else ""
+        tail = "\n".join("    " + line for line in text.splitlines()[-lines:])
+        return f"  {name}: {status}; log {path}:\n" + (tail or "    (empty log)")
+
+    def start_server(
+        self,
+        name: str,
+        command: Callable[[int], Sequence[str]],
+        *,
+        ready: Callable[[int], bool] | None = None,
+        timeout: float = SERVER_START_S,
+    ) -> int:
+        """Start ``command(port)`` on a free port; return the port once it answers.
+
+        ``ready(port)`` says it answers (default: it accepts connections). The port
+        was free when chosen but another process on the machine may take it before
+        the child binds it: a child that exits saying so is started again on
+        another port. Any other exit, or no answer within ``timeout``, raises
+        ``BenchError`` with the child's status and log (``report``).
+        """
+        check = ready or listening
+        for _attempt in range(PORT_ATTEMPTS):
+            port = free_port()
+            process = self.start(name, command(port))
+
+            def settled(
+                process: subprocess.Popen[bytes] = process, port: int = port
+            ) -> bool:
+                return process.poll() is not None or (
+                    check(port) and _listens_on(process.pid, port)
                 )
+
+            try:
+                process_wait_until(
+                    settled,
+                    f"{name} to answer on port {port}",
+                    timeout=timeout,
+                    interval=0.1,
+                )
+            except WaitTimeout:
+                raise BenchError(
+                    f"{name} did not answer on port {port} within {timeout:.0f} s:\n"
+                    + self.report(name)
+                ) from None
+            if process.poll() is None:
+                return port
+            if "address already in use" not in self.log_text(name).lower():
+                raise BenchError(f"{name} exited while starting:\n{self.report(name)}")
+            print(f"  {name}: port {port} was taken; starting it again", flush=True)
+            self.stop(name)
+        raise BenchError(f"{name}: no free port after {PORT_ATTEMPTS} attempts")
 
     def stop(self, name: str, *, grace: float = 10.0) -> None:
         """SIGTERM the child's group (a warm shutdown), SIGKILL it after ``grace``."""
@@ -307,8 +386,16 @@ def wait_until(
         )
     except WaitTimeout:
         if required:
+            # What each child was doing: a wait on a child is mostly a wait on
+            # one that is still starting, or stuck.
+            states = (
+                "\n".join(children.report(name) for name in children.processes)
+                if children is not None and children.processes
+                else ""
+            )
             raise BenchError(
                 f"timed out after {timeout:.0f} s waiting for {what}"
+                + (f"; the children:\n{states}" if states else "")
             ) from None
         return False
     return True
@@ -390,6 +477,37 @@ def _process_cpu_s(pid: int, *, children: bool) -> float:
     if children:
         ticks += int(values[13]) + int(values[14])
     return ticks / _TICKS_PER_S
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds a living process has used so far (0 once it is gone)."""
+    return _process_cpu_s(pid, children=False)
+
+
+def _listens_on(pid: int, port: int) -> bool:
+    """Return whether process ``pid`` (or a descendant) holds the listening socket of
+    ``port``: a port taken by another process answers too, but not for our child."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local address "ADDR:PORT" in hex, state 0A is LISTEN, inode field 9.
+            if int(fields[1].rpartition(":")[2], 16) == port and fields[3] == "0A":
+                inodes.add(f"socket:[{fields[9]}]")
+    for member in (pid, *descendants(pid)):
+        try:
+            fds = list(Path(f"/proc/{member}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in inodes:
+                    return True
+    return False
 
 
 def _postgres_cpu_s() -> float:

@@ -32,9 +32,8 @@ from bench.common import (
     format_table,
     markdown_page,
     percentile,
-    wait_until,
 )
-from config.processes import daphne_command, free_port
+from config.processes import daphne_command
 
 NAME = "shedding"
 
@@ -73,7 +72,6 @@ def start_server(
     """Start one daphne with the lab route; return its base URL once it answers."""
     import httpx
 
-    port = free_port()
     env = [
         "LIBRARY_LAB_ROUTES=on",
         f"LIBRARY_LAB_WORK_CAPACITY={params.capacity}",
@@ -83,24 +81,18 @@ def start_server(
         f"LIBRARY_ADMISSION_QUEUE_BUDGET_MS={params.budget_ms}",
         "ALLOWED_HOSTS=127.0.0.1",
     ]
-    children.start(
-        name,
-        [
-            "env",
-            *env,
-            *daphne_command(port),
-        ],
-    )
-    base = f"http://127.0.0.1:{port}"
 
-    def answers() -> bool:
+    def answers(port: int) -> bool:
         try:
-            return httpx.get(f"{base}/_lab/wait?ms=0", timeout=2).status_code == 200
+            url = f"http://127.0.0.1:{port}/_lab/wait?ms=0"
+            return httpx.get(url, timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
-    wait_until(answers, timeout=60, what=f"{name} to answer", children=children)
-    return base
+    port = children.start_server(
+        name, lambda port: ["env", *env, *daphne_command(port)], ready=answers
+    )
+    return f"http://127.0.0.1:{port}"
 
 
 async def _get(host: str, port: int, target: str) -> int:

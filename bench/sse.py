@@ -16,11 +16,13 @@ the client (httpx streaming, ``websockets``).
 2. Delivery latency, R rounds interleaved: the time from a change to its arrival at
    a waiting client, for (a) a long poll of a job (``/realtime/jobs/<id>/wait``,
    the change is ``jobstatus_progress``), (b) the live stock WebSocket
-   (``/ws/branches/1/stock/``, the change is the ``stock.update`` group message
-   ``realtime.broadcast.broadcast_flush`` sends), and (c) the branch event stream
-   (the change is ``stock_correct``'s outbox row). A long poll and an event stream
-   see a change when the server's change hub next looks (every 150 ms); the socket
-   is pushed to by the channel layer. Each change lands at a random moment.
+   (``/ws/branches/1/stock/``, the change is the ``stock.update`` frame
+   ``realtime.broadcast.broadcast_flush`` publishes to the branch's fan-out
+   channel), and (c) the branch event stream (the change is ``stock_correct``'s
+   outbox row). A long poll and an event stream see a change when the server's
+   change hub next looks (every 150 ms); the socket is pushed to through the
+   daphne's fan-out subscription (``realtime.fanout``). Each change lands at a
+   random moment.
 
 The daphne runs behind the real admission control (``jobs.shedding``), which
 lets event streams and long polls through uncounted: they hold connections, not
@@ -45,9 +47,8 @@ from bench.common import (
     Children,
     format_table,
     percentile,
-    wait_until,
 )
-from config.processes import daphne_command, free_port
+from config.processes import daphne_command
 
 NAME = "realtime_sse"
 TARGET_KIB_PER_STREAM: Final = 30.0
@@ -84,10 +85,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def start_daphne(children: Children) -> tuple[int, int]:
     import httpx
 
-    port = free_port()
-    process = children.start(
+    def answers(port: int) -> bool:
+        try:
+            url = f"http://127.0.0.1:{port}/realtime/metrics"
+            return httpx.get(url, headers=HEADERS, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    port = children.start_server(
         "sse-daphne",
-        [
+        lambda port: [
             "env",
             "ALLOWED_HOSTS=127.0.0.1",
             # /realtime/metrics is staff only unless lab routes are on.
@@ -97,17 +104,9 @@ def start_daphne(children: Children) -> tuple[int, int]:
             "REALTIME_SOCKETS_PER_CLIENT=0",
             *daphne_command(port),
         ],
+        ready=answers,
     )
-
-    def answers() -> bool:
-        try:
-            url = f"http://127.0.0.1:{port}/realtime/metrics"
-            return httpx.get(url, headers=HEADERS, timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(answers, timeout=60, what="daphne to answer", children=children)
-    return port, process.pid
+    return port, children.processes["sse-daphne"].pid
 
 
 def rss_kib(pid: int) -> int:
@@ -295,6 +294,8 @@ async def latency_rounds(port: int, rounds: int) -> dict[str, list[float]]:
 
     from jobs.models import JobStatus
     from jobs.services import jobstatus_create, jobstatus_progress
+    from realtime.broadcast import update_frame
+    from realtime.fanout import fanout_publish
 
     base = f"http://127.0.0.1:{port}"
     job = await asyncio.to_thread(
@@ -330,13 +331,11 @@ async def latency_rounds(port: int, rounds: int) -> dict[str, list[float]]:
             answer = await wait
             found["long_poll"].append((time.perf_counter() - started) * 1000)
             version = int(answer.json()["version"])
-            # (b) WebSocket: the group message broadcast_flush sends.
+            # (b) WebSocket: the frame broadcast_flush publishes (realtime.fanout).
             await asyncio.sleep(random.uniform(0.05, 0.2))
             started = time.perf_counter()
-            await layer.group_send(
-                f"branch-{BRANCH}",
-                {"type": "stock.update", "branch": BRANCH, "version": round_},
-            )
+            event = {"type": "stock.update", "branch": BRANCH, "version": round_}
+            await fanout_publish(layer, [(f"branch-{BRANCH}", update_frame(event))])
             while json.loads(await socket_.recv()).get("type") != "update":
                 pass
             found["websocket"].append((time.perf_counter() - started) * 1000)

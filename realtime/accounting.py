@@ -7,8 +7,9 @@ Two Redis hashes, one field per group, shared by every process on the database:
 - ``realtime:broadcasts`` counts group messages sent (``broadcasts_record``, called
   by ``realtime.broadcast.broadcasts_send``, which the outbox's ``broadcast_flush``
   uses);
-- ``realtime:deliveries`` counts frames a consumer wrote to its socket for a group
-  message (``delivery_record``).
+- ``realtime:deliveries`` counts frames written to sockets for a group: by the
+  fan-out, once per broadcast and process (``deliveries_add``), and by a consumer
+  for a group message of the channel layer (``delivery_record``).
 
 Their ratio is the fan-out actually achieved: a broadcast that reached nobody (no
 member, or members on an instance the layer does not reach) shows as a broadcast
@@ -101,6 +102,15 @@ async def delivery_record(group: str) -> None:
     a process's sockets cost one pipelined write, not one Redis call each.
     """
     await _deliveries.add({group: 1})
+
+
+def deliveries_add(amounts: dict[str, int]) -> None:
+    """Count ``amounts`` frames written per group, without waiting for the write.
+
+    Call on a running event loop: the fan-out's reader (``realtime.fanout``) counts
+    a broadcast's frames once for all the process's sockets and goes on.
+    """
+    _deliveries.add_nowait(amounts)
 
 
 def counters_read(groups: Iterable[str] | None = None) -> dict[str, dict[str, int]]:

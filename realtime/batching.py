@@ -48,6 +48,16 @@ class LoopCounters:
 
     async def add(self, amounts: dict[str, int]) -> None:
         """Add ``amounts`` (key → amount); return once they are written or failed."""
+        done = self.add_nowait(amounts)
+        # shield: a cancelled caller (the client left) does not cancel the write.
+        await asyncio.shield(done)
+
+    def add_nowait(self, amounts: dict[str, int]) -> asyncio.Future[None]:
+        """Add ``amounts`` to this loop's next write; return its completion.
+
+        Call on a running loop. For a caller that must not wait for Redis (a
+        broadcast's reader with the next frame to hand out).
+        """
         loop = asyncio.get_running_loop()
         batch = self._batches.get(loop)
         if batch is None:
@@ -56,8 +66,7 @@ class LoopCounters:
         for key, amount in amounts.items():
             batch.amounts[key] = batch.amounts.get(key, 0) + amount
         assert batch.done is not None
-        # shield: a cancelled caller (the client left) does not cancel the write.
-        await asyncio.shield(batch.done)
+        return batch.done
 
     async def _flush(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
         if self._batches.get(loop) is batch:

@@ -1,14 +1,17 @@
 """The ``broadcast`` subscription: a change's shelf counts sent to its branch's pages.
 
 The handler runs in the delivery's transaction and only queues the event; the batch's
-after-batch step sends every queued event to its ``branch-<id>`` channels group in one
-event loop, counting each send (``realtime.accounting``). Both are bound to the
+after-batch step sends every queued event to its ``branch-<id>`` group in one event
+loop, counting each send (``realtime.accounting``): on the Redis layer as one frame
+published to the group's fan-out channel (``realtime.fanout``), on channels'
+in-process layer as a group message. Both are bound to the
 subscription (declared in ``messaging.registry``) when ``RealtimeConfig.ready()``
 imports this module.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -26,10 +29,16 @@ from messaging.registry import (
     subscription_handler,
 )
 from realtime.accounting import broadcasts_record
+from realtime.fanout import LAYER_ERRORS, fanout_publish, fanout_supported
 
 
 def broadcasts_send(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) -> None:
     """Send each ``(group, event)`` on ``layer`` in one event loop; count the sends.
+
+    On the Redis layer each event goes out as its sockets' frame, encoded once and
+    published to the group's fan-out channel (``realtime.fanout``): every process
+    holding sockets of the group writes it to them. On another layer (channels'
+    in-process one) it is a ``group_send``, which the consumers forward.
 
     Call from synchronous code (a worker's drain, a sync view). A send that raises
     stops the rest and propagates; the ones already made are counted first.
@@ -37,6 +46,14 @@ def broadcasts_send(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) 
     sent: list[str] = []
 
     async def send_all() -> None:
+        if fanout_supported(layer):
+            try:
+                frames = [(group, update_frame(event)) for group, event in messages]
+                sent.extend(await fanout_publish(layer, frames))
+            except LAYER_ERRORS as error:
+                sent.extend(getattr(error, "sent", []))
+                raise
+            return
         for group, event in messages:
             await layer.group_send(group, event)
             sent.append(group)
@@ -45,6 +62,11 @@ def broadcasts_send(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) 
         async_to_sync(send_all)()
     finally:
         broadcasts_record(sent)
+
+
+def update_frame(event: dict[str, Any]) -> str:
+    """Return the text frame a live page receives for a ``stock.update`` event."""
+    return json.dumps({**event, "type": "update"}, separators=(",", ":"))
 
 
 # Events of committed broadcast deliveries waiting for the end of the batch. A worker

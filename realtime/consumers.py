@@ -1,9 +1,12 @@
 """WebSocket consumers.
 
 LiveStockConsumer serves /ws/branches/<id>/stock/: a snapshot with a version on
-connect, then the branch's updates as the broadcast subscription sends them. The
-channel layer may drop a message, so every update carries the branch's stock version;
-a client that sees a gap asks for a new snapshot.
+connect, then the branch's updates as the broadcast subscription sends them. On the
+Redis layer they come through the process's fan-out (``realtime.fanout``: one
+subscription per group and process, the frame written to each socket by
+``deliver``); on channels' in-process layer as group messages (``stock_update``).
+Either may drop a message, so every update carries the branch's stock version; a
+client that sees a gap asks for a new snapshot.
 
 Each forwarded update is counted per group (``realtime.accounting``), and the
 consumer leaves its group on every way out, so membership does not leak.
@@ -31,9 +34,11 @@ belongs to an active user who holds ``library.correct_stock`` now.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
+import random
 from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qs
@@ -51,8 +56,10 @@ from library.models import Book, Branch
 from library.permissions import CORRECT_STOCK, user_may
 from library.selectors.stock import branch_stock_state
 from library.services import stock_correct
-from realtime.accounting import delivery_record
-from realtime.feed import LAYER_ERRORS, LiveFeed, layer_watch
+from realtime.accounting import deliveries_add, delivery_record
+from realtime.broadcast import update_frame
+from realtime.fanout import fanout_for, fanout_supported
+from realtime.feed import LAYER_ERRORS, RESUME_SPREAD_S, LiveFeed, layer_watch
 from realtime.limits import CLOSE_TOO_MANY, SOCKET_PLACES, Holder, Place
 from realtime.presence import (
     TAB_RULE,
@@ -151,6 +158,9 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
     named_tab: bool
     feed: LiveFeed
     place: Place | None = None
+    # Broadcast frames that arrived before the first snapshot went out.
+    _held: list[str] | None = None
+    _resyncing: asyncio.Task[None] | None = None
 
     # channels' __call__ sets ``channel_receive`` (the layer's receive of this
     # consumer's channel) and reads it back at once to start its dispatch loop; the
@@ -168,6 +178,33 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
 
     async def _join_group(self) -> None:
         await self.channel_layer.group_add(self.group, self.channel_name)
+        if fanout_supported(self.channel_layer):
+            fanout, channel = fanout_for(self.channel_layer, self.group)
+            await fanout.join(channel, self.group, self)
+
+    async def deliver(self, frame: str) -> bool:
+        """Write a broadcast's frame (``realtime.fanout``); hold it until the
+        snapshot is out, so a page never gets an update before its snapshot."""
+        if self._held is not None:
+            self._held.append(frame)
+            return False
+        await self.send(text_data=frame)
+        return True
+
+    def resync(self) -> None:
+        """The fan-out lost its subscription for a while: send a fresh snapshot.
+
+        A paused feed sends one when it resumes; otherwise the snapshot follows a
+        random delay, so a process's pages do not reach the database at once.
+        """
+        if self.feed.paused or self._held is not None:
+            return
+        self._resyncing = asyncio.create_task(self._resync_later())
+
+    async def _resync_later(self) -> None:
+        await asyncio.sleep(random.uniform(0, RESUME_SPREAD_S))
+        with contextlib.suppress(*LAYER_ERRORS):
+            await self._send_snapshot()
 
     async def connect(self) -> None:
         self.branch_id = int(self.scope["url_route"]["kwargs"]["branch_id"])
@@ -195,6 +232,7 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         )
         # Subscribed before the snapshot is read, so no update falls between them.
         # Without Redis the page opens paused; the feed joins once Redis is back.
+        self._held = []
         try:
             await self._join_group()
         except LAYER_ERRORS as error:
@@ -205,6 +243,7 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
             await self.accept()
             await self.viewer.join()
             await self._send_snapshot()
+            await self._release_held()
             if self.feed.paused:
                 await self._tell_paused()
             if not tab_ok:
@@ -229,9 +268,21 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         if hasattr(self, "viewer"):
             await self.viewer.leave()
 
+    async def _release_held(self) -> None:
+        held, self._held = self._held or [], None
+        for frame in held:
+            await self.send(text_data=frame)
+        if held:
+            deliveries_add({self.group: len(held)})
+
     async def _leave_group(self) -> None:
         # Redis away: the entry stays until group_expiry, and a message sent to it
         # meanwhile expires unread (the layer's expiry); nothing else to undo.
+        if fanout_supported(self.channel_layer):
+            fanout, channel = fanout_for(self.channel_layer, self.group)
+            await fanout.leave(channel, self)
+        if self._resyncing is not None:
+            self._resyncing.cancel()
         with contextlib.suppress(*LAYER_ERRORS):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -321,8 +372,9 @@ class LiveStockConsumer(AsyncWebsocketConsumer):
         await self._send({"type": "corrected", "book": book_id, "on_shelf": count})
 
     async def stock_update(self, event: dict[str, Any]) -> None:
-        """Forward a broadcast of the channel layer (group message stock.update)."""
-        await self._send({**event, "type": "update"})
+        """Forward a group message ``stock.update``: the broadcasts of channels'
+        in-process layer (on the Redis layer they come through ``deliver``)."""
+        await self.send(text_data=update_frame(event))
         await delivery_record(self.group)
 
     async def _send_snapshot(self) -> None:
