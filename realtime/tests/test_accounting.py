@@ -7,17 +7,13 @@ here as a growing set.
 
 from __future__ import annotations
 
-import datetime
-
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.test import override_settings
 
-from config.asgi import application
 from config.processes import await_until, free_port, start_daphne, stop, wait_until
 from course.instruments.websocket_client import RawWebSocket
-from library.models import Book, Branch, Member
 from library.services import loan_issue
 from messaging.services import messaging_drain
 from realtime.accounting import (
@@ -28,32 +24,12 @@ from realtime.accounting import (
     redis_client,
 )
 from realtime.broadcast import broadcasts_send
-from tests.asgi import Socket
+from realtime.tests.stock_sockets import GROUP, open_socket
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
-ORIGIN = (b"origin", b"http://127.0.0.1")
-GROUP = "branch-1"
 
 
-@pytest.fixture
-def branch(redis_client):
-    branch = Branch.objects.create(id=1, name="Central", city="Ankara")
-    Book.objects.create(id=1, title="Dune", author="Herbert", branch=branch, on_shelf=5)
-    Member.objects.create(
-        id=1, first_name="A", last_name="B", registered_at=datetime.date(2024, 1, 1)
-    )
-    return branch
-
-
-async def open_socket() -> Socket:
-    ws = Socket(application, "/ws/branches/1/stock/", headers=[ORIGIN])
-    connected, _ = await ws.connect()
-    assert connected
-    assert (await ws.receive_json_from())["type"] == "snapshot"
-    return ws
-
-
-async def test_a_thousand_connect_disconnect_cycles_leave_no_member(branch):
+async def test_a_thousand_connect_disconnect_cycles_leave_no_member(stock_branch):
     assert await sync_to_async(group_size)(GROUP) == 0
     for _ in range(1000):
         ws = await open_socket()
@@ -63,7 +39,7 @@ async def test_a_thousand_connect_disconnect_cycles_leave_no_member(branch):
     assert await sync_to_async(redis_client().exists)(group_key(GROUP)) == 0
 
 
-async def test_members_are_counted_while_connected(branch):
+async def test_members_are_counted_while_connected(stock_branch):
     sockets = [await open_socket() for _ in range(3)]
     assert await sync_to_async(group_size)(GROUP) == 3
     await sockets[0].disconnect()
@@ -73,7 +49,9 @@ async def test_members_are_counted_while_connected(branch):
     assert await sync_to_async(group_size)(GROUP) == 0
 
 
-async def test_one_broadcast_to_three_sockets_counts_one_sent_three_delivered(branch):
+async def test_one_broadcast_to_three_sockets_counts_one_sent_three_delivered(
+    stock_branch,
+):
     sockets = [await open_socket() for _ in range(3)]
     event = {"type": "stock.update", "branch": 1, "version": 9, "total": 5}
     await sync_to_async(broadcasts_send)(get_channel_layer(), [(GROUP, event)])
@@ -89,14 +67,14 @@ async def test_one_broadcast_to_three_sockets_counts_one_sent_three_delivered(br
         await ws.disconnect()
 
 
-async def test_a_broadcast_to_an_empty_group_is_sent_and_never_delivered(branch):
+async def test_a_broadcast_to_an_empty_group_is_sent_and_never_delivered(stock_branch):
     event = {"type": "stock.update", "branch": 1, "version": 1, "total": 5}
     await sync_to_async(broadcasts_send)(get_channel_layer(), [(GROUP, event)] * 2)
     counts = await sync_to_async(counters_read)()
     assert counts == {GROUP: {"broadcasts": 2, "deliveries": 0}}
 
 
-async def test_a_loan_through_the_outbox_counts_one_broadcast_per_branch(branch):
+async def test_a_loan_through_the_outbox_counts_one_broadcast_per_branch(stock_branch):
     ws = await open_socket()
     await sync_to_async(loan_issue)(book_id=1, member_id=1)
     await sync_to_async(messaging_drain)(owner="test")
@@ -111,7 +89,7 @@ async def test_a_loan_through_the_outbox_counts_one_broadcast_per_branch(branch)
     await ws.disconnect()
 
 
-def test_counters_survive_a_redis_error_without_breaking_the_send(branch, caplog):
+def test_counters_survive_a_redis_error_without_breaking_the_send(stock_branch, caplog):
     """A counter that cannot be written is logged; the message still goes out."""
     from realtime import accounting
 
@@ -140,7 +118,7 @@ def test_counters_survive_a_redis_error_without_breaking_the_send(branch, caplog
 @override_settings(
     CHANNEL_LAYERS={"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 )
-async def test_the_in_process_layer_also_releases_members(branch):
+async def test_the_in_process_layer_also_releases_members(stock_branch):
     from channels.layers import channel_layers
 
     channel_layers.backends.pop("default", None)  # built again from the override
@@ -156,7 +134,7 @@ async def test_the_in_process_layer_also_releases_members(branch):
 
 
 @pytest.mark.processes
-def test_real_server_releases_members_of_closed_and_dropped_sockets(branch):
+def test_real_server_releases_members_of_closed_and_dropped_sockets(stock_branch):
     port = free_port()
     process = start_daphne(port)
     try:
@@ -176,7 +154,7 @@ def test_real_server_releases_members_of_closed_and_dropped_sockets(branch):
         stop(process)
 
 
-def test_broadcast_hash_is_one_field_per_group(branch, redis_client):
+def test_broadcast_hash_is_one_field_per_group(stock_branch, redis_client):
     layer = get_channel_layer()
     broadcasts_send(
         layer,

@@ -4,48 +4,24 @@ for all of the process's sockets, and a lost subscription restored with a resync
 
 from __future__ import annotations
 
-import datetime
-
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from config.asgi import application
 from config.processes import await_until
-from library.models import Book, Branch, Member
 from realtime.accounting import counters_read, redis_client
 from realtime.broadcast import broadcasts_send
 from realtime.fanout import fanout_channel, subscriber_name
-from tests.asgi import Socket
+from realtime.tests.stock_sockets import GROUP, open_socket
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
-ORIGIN = (b"origin", b"http://127.0.0.1")
-GROUP = "branch-1"
-
-
-@pytest.fixture
-def branch(redis_client):
-    branch = Branch.objects.create(id=1, name="Central", city="Ankara")
-    Book.objects.create(id=1, title="Dune", author="Herbert", branch=branch, on_shelf=5)
-    Member.objects.create(
-        id=1, first_name="A", last_name="B", registered_at=datetime.date(2024, 1, 1)
-    )
-    return branch
-
-
-async def open_socket() -> Socket:
-    ws = Socket(application, "/ws/branches/1/stock/", headers=[ORIGIN])
-    connected, _ = await ws.connect()
-    assert connected
-    assert (await ws.receive_json_from())["type"] == "snapshot"
-    return ws
 
 
 def subscribers(channel: str) -> int:
     return int(dict(redis_client().pubsub_numsub(channel))[channel.encode()])
 
 
-async def test_sockets_of_one_process_share_one_subscription(branch):
+async def test_sockets_of_one_process_share_one_subscription(stock_branch):
     channel = fanout_channel(get_channel_layer(), GROUP)
     sockets = [await open_socket() for _ in range(3)]
     assert await sync_to_async(subscribers)(channel) == 1
@@ -63,7 +39,7 @@ async def test_sockets_of_one_process_share_one_subscription(branch):
     await await_until(lambda: subscribers(channel) == 0, "the subscription dropped")
 
 
-async def test_a_lost_subscription_comes_back_and_its_sockets_resync(branch):
+async def test_a_lost_subscription_comes_back_and_its_sockets_resync(stock_branch):
     ws = await open_socket()
     killed = await sync_to_async(_kill_subscriber)()
     assert killed == 1
