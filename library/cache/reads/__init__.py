@@ -53,6 +53,7 @@ from library.cache.reads.specs import (
     LIST,
     SEARCH,
     STOCK,
+    book_record,
     branch_tenant,
     member_tenant,
 )
@@ -64,6 +65,13 @@ from library.cache.reads.specs import HISTORY_LIFETIME_S as HISTORY_LIFETIME_S
 from library.cache.reads.specs import LIST_JITTER_S as LIST_JITTER_S
 from library.cache.reads.specs import LIST_LIFETIME_S as LIST_LIFETIME_S
 from library.cache.reads.specs import STOCK_STALE_S as STOCK_STALE_S
+from library.cache.reads.versions import (
+    BookVersion,
+    book_version_announce,
+    book_version_current,
+    book_version_of,
+    book_version_parse,
+)
 
 __all__ = [
     "BOOK",
@@ -71,9 +79,15 @@ __all__ = [
     "LIST",
     "SEARCH",
     "STOCK",
+    "BookVersion",
     "BranchPage",
     "CachedBook",
     "book_detail",
+    "book_record",
+    "book_version_announce",
+    "book_version_current",
+    "book_version_of",
+    "book_version_parse",
     "branch_books_page",
     "branch_page",
     "branch_stock_list",

@@ -1,0 +1,104 @@
+"""The anonymous lesson page: rendered once per process, served with its own tokens.
+
+A lesson page is the same for every visitor who has no session: its text comes from
+files, its lab's controls from the lab's definition, and nothing on it is theirs
+(no progress, no runs, no challenge answers: those live in the session). Rendering
+it costs tens of milliseconds of template work (the text, the lab form, the
+diagrams' markup), so that variant is rendered once per process and host and kept
+here, in memory, for ``LIFETIME_S``: lesson files change with a deploy, which
+restarts the process anyway.
+
+What is not the same for everyone is the CSRF token of the page's two forms (the
+lab run and "mark as read"). The stored page holds a placeholder where the tokens
+go; each answer replaces it with ``get_token(request)``, which also has the CSRF
+middleware set the visitor's cookie, exactly as a rendered page would.
+
+Only that variant is kept: a GET with no query string (``?job=`` shows a run), no
+session cookie, no flash message, of a visitor who is not signed in, and only while
+the cache is on (``LIBRARY_CACHE``). Anything else renders as before.
+
+Compression (``compressed``): this variant's HTML leaves gzipped when the client
+accepts it, through Django's ``GZipMiddleware`` (its BREACH mitigation adds random
+bytes to the gzip header). Only this variant: it holds no secret apart from the
+CSRF token, which Django masks afresh on every response. Pages of a signed-in user,
+which show their name and data beside text an attacker may reflect, stay
+uncompressed.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import get_token
+from django.middleware.gzip import GZipMiddleware
+
+from library.cache.store import cache_enabled
+
+LIFETIME_S: Final = 300
+MAX_PAGES: Final = 256  # lessons x hosts; far more than the course has
+# Where the CSRF tokens go: random per process, so no lesson text can contain it.
+PLACEHOLDER: Final = f"csrf-placeholder-{secrets.token_hex(12)}"
+
+_pages: dict[tuple[str, str], tuple[float, str]] = {}
+_lock = threading.Lock()
+
+
+def shared_key(request: HttpRequest, slug: str) -> tuple[str, str] | None:
+    """Return the key of the page every visitor like this one shares, or None."""
+    if request.method != "GET" or request.META.get("QUERY_STRING"):
+        return None
+    cookies = request.COOKIES
+    if settings.SESSION_COOKIE_NAME in cookies or "messages" in cookies:
+        return None
+    if request.user.is_authenticated or not cache_enabled():
+        return None
+    # The text names the site's own address ({{site}}), so the host is in the key.
+    return slug, request.build_absolute_uri("/")
+
+
+def _stored(key: tuple[str, str]) -> str | None:
+    with _lock:
+        found = _pages.get(key)
+    if found is None or found[0] < time.monotonic():
+        return None
+    return found[1]
+
+
+def _store(key: tuple[str, str], html: str) -> None:
+    with _lock:
+        if len(_pages) >= MAX_PAGES:
+            _pages.clear()  # a flood of hosts: start again rather than grow
+        _pages[key] = (time.monotonic() + LIFETIME_S, html)
+
+
+def shared_page(
+    request: HttpRequest, key: tuple[str, str], render: Callable[[str], HttpResponse]
+) -> HttpResponse:
+    """Answer with the stored page (rendered by ``render(PLACEHOLDER)`` if none),
+    carrying this request's CSRF token."""
+    html = _stored(key)
+    if html is None:
+        rendered = render(PLACEHOLDER)
+        if rendered.status_code != 200 or rendered.cookies:
+            return rendered  # not the shared page: answered, never kept
+        html = rendered.content.decode()
+        _store(key, html)
+    response = HttpResponse(html.replace(PLACEHOLDER, get_token(request)))
+    return compressed(request, response)
+
+
+def compressed(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """Gzip the response if the client accepts it (see the module doc for which)."""
+    return GZipMiddleware(lambda r: response).process_response(request, response)
+
+
+def shared_pages_clear() -> None:
+    """Forget every stored page (tests, or a lesson file edited in place)."""
+    with _lock:
+        _pages.clear()
