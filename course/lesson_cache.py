@@ -94,8 +94,13 @@ def shared_page(
 
 
 def compressed(request: HttpRequest, response: HttpResponse) -> HttpResponse:
-    """Gzip the response if the client accepts it (see the module doc for which)."""
-    return GZipMiddleware(lambda r: response).process_response(request, response)
+    """Gzip the response if the client accepts it (see the module doc for which).
+
+    In place: ``GZipMiddleware`` replaces the content and sets the headers of the
+    response it is given.
+    """
+    GZipMiddleware(lambda r: response).process_response(request, response)
+    return response
 
 
 def shared_pages_clear() -> None:
