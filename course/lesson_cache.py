@@ -13,6 +13,9 @@ lab run and "mark as read"). The stored page holds a placeholder where the token
 go; each answer replaces it with ``get_token(request)``, which also has the CSRF
 middleware set the visitor's cookie, exactly as a rendered page would.
 
+The ASGI front (``course.lesson_front``) answers the same variant before Django is
+entered, from the same stored page.
+
 Only that variant is kept: a GET with no query string (``?job=`` shows a run), no
 session cookie, no flash message, of a visitor who is not signed in, and only while
 the cache is on (``LIBRARY_CACHE``). Anything else renders as before.
@@ -45,11 +48,20 @@ MAX_PAGES: Final = 256  # lessons x hosts; far more than the course has
 # Where the CSRF tokens go: random per process, so no lesson text can contain it.
 PLACEHOLDER: Final = f"csrf-placeholder-{secrets.token_hex(12)}"
 
-_pages: dict[tuple[str, str], tuple[float, str]] = {}
+# Marks a response that is the shared variant, so the ASGI front
+# (``course.lesson_front``) knows whose headers to keep.
+SHARED_HEADER: Final = "X-Lesson-Cache"
+
+Key = tuple[str, str]  # (slug, the site's address)
+Headers = list[tuple[str, str]]
+
+# key -> (expiry on the monotonic clock, HTML with placeholders, the headers the
+# whole stack sent with it, once the front has seen them)
+_pages: dict[Key, tuple[float, str, Headers | None]] = {}
 _lock = threading.Lock()
 
 
-def shared_key(request: HttpRequest, slug: str) -> tuple[str, str] | None:
+def shared_key(request: HttpRequest, slug: str) -> Key | None:
     """Return the key of the page every visitor like this one shares, or None."""
     if request.method != "GET" or request.META.get("QUERY_STRING"):
         return None
@@ -62,7 +74,7 @@ def shared_key(request: HttpRequest, slug: str) -> tuple[str, str] | None:
     return slug, request.build_absolute_uri("/")
 
 
-def _stored(key: tuple[str, str]) -> str | None:
+def _stored(key: Key) -> str | None:
     with _lock:
         found = _pages.get(key)
     if found is None or found[0] < time.monotonic():
@@ -70,15 +82,32 @@ def _stored(key: tuple[str, str]) -> str | None:
     return found[1]
 
 
-def _store(key: tuple[str, str], html: str) -> None:
+def _store(key: Key, html: str) -> None:
     with _lock:
         if len(_pages) >= MAX_PAGES:
             _pages.clear()  # a flood of hosts: start again rather than grow
-        _pages[key] = (time.monotonic() + LIFETIME_S, html)
+        _pages[key] = (time.monotonic() + LIFETIME_S, html, None)
+
+
+def shared_stored(key: Key) -> tuple[str, Headers] | None:
+    """Return the stored page and its headers, once both are known."""
+    with _lock:
+        found = _pages.get(key)
+    if found is None or found[0] < time.monotonic() or found[2] is None:
+        return None
+    return found[1], found[2]
+
+
+def headers_store(key: Key, headers: Headers) -> None:
+    """Keep the headers the stack sent with the stored page (the ASGI front's)."""
+    with _lock:
+        found = _pages.get(key)
+        if found is not None and found[2] is None:
+            _pages[key] = (found[0], found[1], headers)
 
 
 def shared_page(
-    request: HttpRequest, key: tuple[str, str], render: Callable[[str], HttpResponse]
+    request: HttpRequest, key: Key, render: Callable[[str], HttpResponse]
 ) -> HttpResponse:
     """Answer with the stored page (rendered by ``render(PLACEHOLDER)`` if none),
     carrying this request's CSRF token."""
@@ -90,6 +119,7 @@ def shared_page(
         html = rendered.content.decode()
         _store(key, html)
     response = HttpResponse(html.replace(PLACEHOLDER, get_token(request)))
+    response[SHARED_HEADER] = "view"
     return compressed(request, response)
 
 

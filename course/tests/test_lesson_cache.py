@@ -96,3 +96,58 @@ def _session_cookie() -> str:
     from django.conf import settings
 
     return settings.SESSION_COOKIE_NAME
+
+
+# --- the ASGI front -------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_front_answers_the_shared_page_before_django_with_a_valid_token() -> None:
+    from django.conf import settings
+    from django.core.signals import request_started
+
+    from library.tests.test_page_cache import asgi_get
+
+    status, first, _ = asgi_get(lesson_url())
+    assert (status, first["x-lesson-cache"]) == (200, "view")
+    entered: list[object] = []
+
+    def count(**kwargs: object) -> None:
+        entered.append(kwargs)
+
+    request_started.connect(count)
+    try:
+        status, again, body = asgi_get(lesson_url())
+    finally:
+        request_started.disconnect(count)
+    assert (status, again["x-lesson-cache"]) == (200, "front")
+    assert entered == []  # Django never entered
+    for header in ("x-frame-options", "x-content-type-options", "content-type"):
+        assert again[header] == first[header]
+    assert int(again["content-length"]) == len(body)
+    assert PLACEHOLDER.encode() not in body
+    cookie = again["set-cookie"]
+    assert cookie.startswith(f"{settings.CSRF_COOKIE_NAME}=")
+    secret = cookie.split(";")[0].split("=", 1)[1]
+    token = TOKEN.findall(body)[-1].decode()
+    # The front's cookie and token pass Django's own CSRF check.
+    client = Client(enforce_csrf_checks=True)
+    client.cookies[settings.CSRF_COOKIE_NAME] = secret
+    answer = client.post(
+        reverse("course-progress", args=[SLUG]),
+        {"event": "read", "csrfmiddlewaretoken": token},
+        secure=True,
+        headers={"referer": "https://testserver" + lesson_url()},
+    )
+    assert answer.status_code != 403
+    # A returning visitor keeps their cookie: a token of their secret, no new cookie.
+    status, returning, _ = asgi_get(
+        lesson_url(), cookie=f"{settings.CSRF_COOKIE_NAME}={secret}"
+    )
+    assert (status, returning["x-lesson-cache"]) == (200, "front")
+    assert "set-cookie" not in returning
+    # A session is never answered from the shared page.
+    _, with_session, _ = asgi_get(
+        lesson_url(), cookie=f"{settings.SESSION_COOKIE_NAME}=x"
+    )
+    assert with_session.get("x-lesson-cache") is None
