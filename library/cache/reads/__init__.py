@@ -27,6 +27,10 @@ to reach). ``updated_at`` joins the version in the key because a re-created data
 (a restore, a re-seed) starts versions again at 1 while its rows are new; the two
 together never meet an older entry. Since the key names the exact version, a stale
 entry can never be served, which is also why the in-process tier is safe here.
+The page tier, which answers before the view runs, keys a book page by the same
+version read from the book's version record in Redis instead (``versions``): there
+the database query was most of a hit's cost, and the record is written by the
+change's own commit hook.
 
 Values are JSON (see ``library.cache.store``) and are turned back into unsaved model
 
