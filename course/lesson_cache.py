@@ -20,26 +20,30 @@ Only that variant is kept: a GET with no query string (``?job=`` shows a run), n
 session cookie, no flash message, of a visitor who is not signed in, and only while
 the cache is on (``LIBRARY_CACHE``). Anything else renders as before.
 
-Compression (``compressed``): this variant's HTML leaves gzipped when the client
-accepts it, through Django's ``GZipMiddleware`` (its BREACH mitigation adds random
-bytes to the gzip header). Only this variant: it holds no secret apart from the
-CSRF token, which Django masks afresh on every response. Pages of a signed-in user,
-which show their name and data beside text an attacker may reflect, stay
-uncompressed.
+Compression (``gzip_with_token``): this variant's HTML leaves gzipped when the
+client accepts it, compressed once in pieces around its tokens, with random bytes in
+the gzip header as Django's ``GZipMiddleware`` adds them (its BREACH mitigation).
+Only this variant: it holds no secret apart from the CSRF token, which Django masks
+afresh on every response. Pages of a signed-in user, which show their name and data
+beside text an attacker may reflect, stay uncompressed.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import secrets
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import Final
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
-from django.middleware.gzip import GZipMiddleware
+from django.utils.cache import patch_vary_headers
 
 from library.cache.store import cache_enabled
 
@@ -118,22 +122,73 @@ def shared_page(
             return rendered  # not the shared page: answered, never kept
         html = rendered.content.decode()
         _store(key, html)
-    response = HttpResponse(html.replace(PLACEHOLDER, get_token(request)))
+    response = shared_response(request, html, get_token(request))
     response[SHARED_HEADER] = "view"
-    return compressed(request, response)
-
-
-def compressed(request: HttpRequest, response: HttpResponse) -> HttpResponse:
-    """Gzip the response if the client accepts it (see the module doc for which).
-
-    In place: ``GZipMiddleware`` replaces the content and sets the headers of the
-    response it is given.
-    """
-    GZipMiddleware(lambda r: response).process_response(request, response)
     return response
+
+
+def shared_response(request: HttpRequest, html: str, token: str) -> HttpResponse:
+    """Return the stored page with ``token`` in place, gzipped if the client accepts
+    it (see the module doc for which pages)."""
+    response = HttpResponse()
+    patch_vary_headers(response, ("Accept-Encoding",))
+    if _ACCEPTS_GZIP.search(request.META.get("HTTP_ACCEPT_ENCODING", "")) is None:
+        response.content = html.replace(PLACEHOLDER, token)
+        return response
+    response.content = gzip_with_token(html, token)
+    response["Content-Encoding"] = "gzip"
+    return response
+
+
+# As Django's GZipMiddleware reads Accept-Encoding.
+_ACCEPTS_GZIP: Final = re.compile(r"\bgzip\b")
+# As Django's compress_string: up to this many random bytes in the gzip header, so
+# the length of an answer says less about its content (BREACH).
+_MAX_RANDOM_BYTES: Final = 100
+_FULL_FLUSH_LEVEL: Final = 6
+
+
+def _deflated(data: bytes) -> bytes:
+    # Raw deflate ending in a full flush: byte-aligned, no final block, and no
+    # back-reference into what precedes it, so such pieces can be concatenated.
+    packer = zlib.compressobj(_FULL_FLUSH_LEVEL, zlib.DEFLATED, -15)
+    return packer.compress(data) + packer.flush(zlib.Z_FULL_FLUSH)
+
+
+@functools.lru_cache(maxsize=MAX_PAGES)
+def _packed(html: str) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    """The page's pieces around the placeholders, raw and deflated (once per page)."""
+    parts = tuple(part.encode() for part in html.split(PLACEHOLDER))
+    return parts, tuple(_deflated(part) for part in parts)
+
+
+def gzip_with_token(html: str, token: str) -> bytes:
+    """Return the page with ``token`` in place, gzipped.
+
+    The page is compressed once, in pieces around its placeholders; an answer
+    compresses only its token (a few dozen bytes) and joins the pieces: gzipping
+    the whole 90 KB page on every request cost more than the rest of the answer.
+    The header carries random bytes in its file name field, as Django's
+    ``compress_string`` does against BREACH.
+    """
+    parts, deflated = _packed(html)
+    raw_token = token.encode()
+    packed_token = _deflated(raw_token)
+    body = [deflated[0]]
+    crc = zlib.crc32(parts[0])
+    for part, packed in zip(parts[1:], deflated[1:], strict=True):
+        body += [packed_token, packed]
+        crc = zlib.crc32(part, zlib.crc32(raw_token, crc))
+    size = sum(map(len, parts)) + len(raw_token) * (len(parts) - 1)
+    name = secrets.token_hex(secrets.randbelow(_MAX_RANDOM_BYTES // 2 + 1)).encode()
+    header = b"\x1f\x8b\x08\x08" + b"\x00\x00\x00\x00" + b"\x00\xff" + name + b"\x00"
+    final_block = b"\x03\x00"  # an empty final block ends the deflate stream
+    trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
+    return b"".join([header, *body, final_block, trailer])
 
 
 def shared_pages_clear() -> None:
     """Forget every stored page (tests, or a lesson file edited in place)."""
     with _lock:
         _pages.clear()
+    _packed.cache_clear()

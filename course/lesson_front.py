@@ -29,10 +29,9 @@ from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
 
 from course.lesson_cache import (
-    PLACEHOLDER,
     SHARED_HEADER,
-    compressed,
     headers_store,
+    shared_response,
     shared_stored,
 )
 
@@ -118,9 +117,10 @@ def _answer(
     holder = HttpRequest()
     holder.META = meta
     token = get_token(holder)  # masked afresh; a new secret when there was none
-    response = HttpResponse(html.replace(PLACEHOLDER, token))
+    response = shared_response(request, html, token)
     for name, value in headers:
-        response[name] = value
+        if name.lower() != "vary":  # shared_response's, with Accept-Encoding
+            response[name] = value
     response[SHARED_HEADER] = "front"
     if secret is None:
         # As django.middleware.csrf.CsrfViewMiddleware._set_csrf_cookie does.
@@ -134,7 +134,7 @@ def _answer(
             httponly=settings.CSRF_COOKIE_HTTPONLY,
             samesite=settings.CSRF_COOKIE_SAMESITE,
         )
-    return compressed(request, response)
+    return response
 
 
 async def _send(send: Any, response: HttpResponse) -> None:

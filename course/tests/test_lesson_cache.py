@@ -151,3 +151,14 @@ def test_the_front_answers_the_shared_page_before_django_with_a_valid_token() ->
         lesson_url(), cookie=f"{settings.SESSION_COOKIE_NAME}=x"
     )
     assert with_session.get("x-lesson-cache") is None
+
+
+def test_the_page_gzipped_in_pieces_is_the_page_with_its_token() -> None:
+    from course.lesson_cache import gzip_with_token
+
+    text = "lesson text " * 500
+    html = f"<p>{text}</p><input value='{PLACEHOLDER}'>é<b>{PLACEHOLDER}</b>"
+    for token in ("a" * 64, "b" * 64):
+        packed = gzip_with_token(html, token)
+        assert gzip.decompress(packed) == html.replace(PLACEHOLDER, token).encode()
+        assert len(packed) < len(html) / 5
