@@ -73,6 +73,20 @@ def _channel_layer_per_test() -> Iterator[None]:
     channel_layers.backends.clear()
 
 
+@pytest.fixture(autouse=True)
+def _lesson_pages_per_test() -> Iterator[None]:
+    """Start each test without the lesson pages an earlier test had stored.
+
+    They are kept in this process's memory (``course.lesson_cache``), and a test may
+    change what a page shows (settings, rows, the lesson files themselves).
+    """
+    from course.lesson_cache import shared_pages_clear
+
+    shared_pages_clear()
+    yield
+    shared_pages_clear()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _executor_connections_closed(django_db_setup: None) -> Iterator[None]:
     """Close what still holds a connection before the test databases go.

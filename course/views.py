@@ -42,6 +42,7 @@ from course.explore import (
 from course.forms import LabForm
 from course.labs.harness.base import Lab
 from course.labs.registry import lab_get
+from course.lesson_cache import shared_key, shared_page
 from course.lessons import Lesson, lesson_get
 from course.pages import (
     code_links,
@@ -175,6 +176,7 @@ def _render_lesson(
     *,
     status: int = 200,
     offer: JobStatus | None = None,
+    csrf_placeholder: str | None = None,
 ) -> HttpResponse:
     text = lesson_text(lesson.slug)
     if text is not None:  # {{site}}: the address this page was asked for
@@ -242,6 +244,9 @@ def _render_lesson(
             "share_url": share.get("url", ""),
             "predict": predict,
             "challenges": challenge_panel(request, lesson.slug),
+            # The shared page's forms get a placeholder, replaced per answer
+            # (``lesson_cache``); the context processor's token otherwise.
+            **({"csrf_token": csrf_placeholder} if csrf_placeholder else {}),
         },
         status=status,
     )
@@ -311,8 +316,18 @@ def _live_refusal(request: HttpRequest) -> str:
 @require_GET
 def course_lesson(request: HttpRequest, slug: str) -> HttpResponse:
     lesson = _lesson_or_404(slug)
+    lab = lab_get(slug)
+    key = shared_key(request, slug)
+    if key is not None:  # the page every visitor without a session shares
+        return shared_page(
+            request,
+            key,
+            lambda token: _render_lesson(
+                request, lesson, lab, None, csrf_placeholder=token
+            ),
+        )
     # The form is made by _render_lesson: it holds a run's values and prediction.
-    return _render_lesson(request, lesson, lab_get(slug), None)
+    return _render_lesson(request, lesson, lab, None)
 
 
 # How each refusal reaches the client: status, and whether a retry later helps.

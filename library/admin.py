@@ -29,7 +29,7 @@ from library.cache.hot import hot_books_mark, hot_books_unmark
 from library.errors import LibraryError
 from library.models import Book, Branch, Loan, Member
 from library.permissions import RETURN_LOAN, user_may
-from library.services import loan_return, stock_correct
+from library.services import loan_return, stock_correct, version_announce_on_commit
 
 
 @admin.register(Branch)
@@ -142,6 +142,8 @@ class BookAdmin(admin.ModelAdmin[Book]):
                 version=F("version") + 1,
                 updated_at=timezone.now(),
             )
+            # No event announces an edit: the page tier's record is told here.
+            version_announce_on_commit(Book.objects.get(pk=obj.pk))
         seen = form.cleaned_data.get("on_shelf_seen")
         if "on_shelf" in form.changed_data and obj.on_shelf != seen:
             stock_correct(book_id=obj.pk, on_shelf=obj.on_shelf)

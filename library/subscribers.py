@@ -112,7 +112,8 @@ def invalidate_caches(message: OutboxMessage) -> None:
 
     The branch's list and search generations are bumped and its stock page deleted
     (the next read rebuilds it); for a loan or a return, the member's history
-    generation is bumped too.
+    generation is bumped too; the book's version record is deleted if it is older
+    than the message's version (its commit hook met a Redis error).
 
     This is Redis I/O inside the delivery's transaction, against the house rule, and
     on purpose: it is the least bad of the options ``delivery_process`` leaves.
@@ -135,7 +136,14 @@ def invalidate_caches(message: OutboxMessage) -> None:
     member_id = None
     if message.type in (MessageType.LOAN_ISSUED, MessageType.RETURN_RECEIVED):
         member_id = body_int(message.body, "member_id")
-    reads.change_invalidate(body_int(message.body, "branch_id"), member_id)
+    reads.change_invalidate(
+        body_int(message.body, "branch_id"),
+        member_id,
+        book=(
+            body_int(message.body, "book_id"),
+            body_int(message.body, "book_version"),
+        ),
+    )
 
 
 # --- ordered and stream consumers --------------------------------------------------

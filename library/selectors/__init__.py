@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
@@ -59,16 +59,25 @@ else:
     BranchWithStock = Branch
 
 
-def _open_loans_of_branch() -> Subquery:
-    # A subquery, not a second join: joining loans beside books would multiply the
-    # rows and inflate the on-shelf sum.
-    return Subquery(
-        Loan.objects.filter(book__branch=OuterRef("pk"), return_date__isnull=True)
-        .order_by()
-        .values("book__branch")
-        .annotate(n=Count("id"))
-        .values("n"),
-        output_field=IntegerField(),
+def _per_branch(rows: QuerySet[Book] | QuerySet[Loan], branch: str, total: Any) -> Any:
+    """Return ``total`` over ``rows`` of the outer branch, as a subquery (0 if none).
+
+    Every figure is a subquery of its own, with no join and no GROUP BY outside:
+    joining loans beside books would multiply the rows and inflate the sums, and an
+    outer GROUP BY on a join makes PostgreSQL group by the correlated subquery too,
+    running it once per book (the home page took over 20 s on the caching
+    benchmark's 3,300 books and 4,000 loans). Here each runs once per branch.
+    """
+    return Coalesce(
+        Subquery(
+            rows.filter(**{branch: OuterRef("pk")})
+            .order_by()
+            .values(branch)
+            .annotate(n=total)
+            .values("n"),
+            output_field=IntegerField(),
+        ),
+        0,
     )
 
 
@@ -76,9 +85,11 @@ def branch_list_with_stock() -> QuerySet[BranchWithStock]:
     """Return every branch annotated with ``shelf_total``, ``book_count`` and
     ``open_loans``, in one query."""
     return Branch.objects.annotate(
-        shelf_total=Coalesce(Sum("books__on_shelf"), 0),
-        book_count=Count("books"),
-        open_loans=Coalesce(_open_loans_of_branch(), 0),
+        shelf_total=_per_branch(Book.objects.all(), "branch", Sum("on_shelf")),
+        book_count=_per_branch(Book.objects.all(), "branch", Count("id")),
+        open_loans=_per_branch(
+            Loan.objects.filter(return_date__isnull=True), "book__branch", Count("id")
+        ),
     ).order_by("id")
 
 

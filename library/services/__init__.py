@@ -13,6 +13,7 @@ from library.services.loans import (
     loan_return,
     loan_return_once,
     stock_correct,
+    version_announce_on_commit,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "loan_return",
     "loan_return_once",
     "stock_correct",
+    "version_announce_on_commit",
 ]

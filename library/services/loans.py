@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
+from functools import partial
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
+from library.cache import reads
 from library.errors import LibraryError, not_found
 from library.models import Book, Branch, Loan, Member
 from messaging.registry import LoanBody, MessageType, StockBody
@@ -53,7 +55,10 @@ def _shelf_changed(book_id: int) -> _Shelf:
     A message carries them, so a live page is told the state of *its* version,
     whenever the broadcast is delivered.
     """
-    book = Book.objects.only("branch_id", "on_shelf", "version").get(pk=book_id)
+    book = Book.objects.only("branch_id", "on_shelf", "version", "updated_at").get(
+        pk=book_id
+    )
+    version_announce_on_commit(book)
     Branch.objects.filter(pk=book.branch_id).update(
         stock_version=F("stock_version") + 1
     )
@@ -64,6 +69,25 @@ def _shelf_changed(book_id: int) -> _Shelf:
         .get()
     )
     return _Shelf(book, int(version), int(total or 0))
+
+
+def version_announce_on_commit(book: Book) -> None:
+    """Have the book's version record name this change once it commits.
+
+    Call inside ``atomic()`` with the book as the change left it (version and
+    ``updated_at``). The page tier keys a book page by the record, so the record is
+    written before the change's answer goes out: the next request, on any server,
+    asks for the new page (``library.cache.reads.versions``).
+    """
+    transaction.on_commit(
+        partial(
+            reads.book_version_announce,
+            book_id=book.pk,
+            branch_id=book.branch_id,
+            version=book.version,
+            updated_at=book.updated_at,
+        )
+    )
 
 
 def _loan_body(loan: Loan, shelf: _Shelf) -> LoanBody:

@@ -132,6 +132,8 @@ def book_detail(request: HttpRequest, book_id: int) -> HttpResponse:
         return http.conditional(
             request, response, cache_control=http.private_variant(http.BOOK)
         )
+    # The page tier stores this rendering only under the key of this version.
+    pages.mark_rendered_version(response, reads.book_version_of(detail.book).token)
     return http.conditional(
         request,
         response,

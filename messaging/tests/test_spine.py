@@ -82,8 +82,10 @@ def test_nudge_is_sent_only_after_commit(
 ):
     with django_capture_on_commit_callbacks() as callbacks:
         loan_issue(book_id=1, member_id=1)
-    # After commit: nudge the relay and announce the new message to log followers.
-    assert [c.__name__ for c in callbacks] == ["published"]
+    # After commit: move the book's version record (the page tier's key), nudge the
+    # relay and announce the new message to log followers.
+    names = [getattr(c, "func", c).__name__ for c in callbacks]
+    assert names == ["book_version_announce", "published"]
 
 
 def test_relay_writes_one_delivery_per_accepting_subscription(library_rows):

@@ -19,7 +19,8 @@ Only what a shared cache may hold goes in, and only for visitors who share it:
   parameter is left out of the key, and a request carrying one, or spelling the path
   or a parameter another way, may be served the page but never stores its own
   rendering, which echoes the full path (the sign-in link). What retires the page is
-  either in the key (a book page names the book's version) or stamped in the entry: a
+  either in the key (a book page names the book's version, read from its version
+  record in Redis, ``library.cache.reads.versions``) or stamped in the entry: a
   catalogue page records the branch's list or search generation it was rendered
   under, and the lookup reads the page and the current generation in one MGET, so
   a hit costs one Redis round trip and a bumped generation turns it into a miss;
@@ -50,7 +51,7 @@ from library.cache.pages.keys import HOT_COPIES, PAGE, PAGES, page_key
 from library.cache.pages.keys import PageKind as PageKind
 from library.cache.pages.keys import PageLookup as PageLookup
 from library.cache.pages.middleware import PageCacheMiddleware
-from library.cache.pages.stored import mark_rendered_page
+from library.cache.pages.stored import mark_rendered_page, mark_rendered_version
 from library.cache.pages.stored import storable as storable
 
 __all__ = [
@@ -60,5 +61,6 @@ __all__ = [
     "PageCacheMiddleware",
     "PageTierASGI",
     "mark_rendered_page",
+    "mark_rendered_version",
     "page_key",
 ]

@@ -19,7 +19,7 @@ from library.cache.metrics import (
     redis_failed,
     redis_usable,
 )
-from library.cache.pages.keys import PAGE, page_key
+from library.cache.pages.keys import PAGE, page_route, route_lookup
 from library.cache.pages.stored import (
     body_key,
     first_keys,
@@ -34,9 +34,10 @@ class PageTierASGI:
     """Answer stored pages on the event loop, before Django's handler is entered.
 
     The same entries as ``PageCacheMiddleware`` (which stores them, with every
-    header the stack adds), for the kinds whose key needs no database: one async
-    MGET and the bytes go out, with no request thread, no signals, no middleware.
-    Anything else, and every miss, goes to Django unchanged.
+    header the stack adds): one async MGET (after one GET of the version record,
+    for a book page) and the bytes go out, with no request thread, no signals, no
+    middleware, no database. Anything else, and every miss, goes to Django
+    unchanged.
     """
 
     def __init__(self, app: Any) -> None:
@@ -65,12 +66,23 @@ class PageTierASGI:
         if not redis_usable():
             return False
         request = ASGIRequest(scope, io.BytesIO())
-        lookup = page_key(request, no_database=True)
-        if lookup is None:
+        route = page_route(request)
+        if route is None:
             return False
         start = time.perf_counter()
         client = self._client()
         try:
+            record = None
+            if route.kind.record is not None:
+                # The version the key names: one GET. No record (never written,
+                # expired, evicted): Django loads it from the database.
+                raw = await client.get(route.kind.record.key(route.kwargs))
+                record = route.kind.record.parse(raw)
+                if record is None:
+                    return False
+            lookup = route_lookup(route, record)
+            if lookup is None:
+                return False
             replies = await client.mget(first_keys(lookup, request))
             read = first_read(lookup, request, replies)
             answer, read_bytes = read.answer, read.hit_bytes

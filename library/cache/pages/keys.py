@@ -1,8 +1,10 @@
 """Which anonymous pages the page tier keeps, and under which key.
 
 The branch is the tenant, and the path and the parameters the page reads are the
-criteria. A book page names the book's version in its key; a catalogue page depends
-on the branch's list or search generation. The hottest page kind is split into
+criteria. A book page names the book's version in its key, read from the book's
+version record in Redis (``library.cache.reads.versions``), so a hit asks the
+database nothing; a catalogue page depends on the branch's list or search
+generation. The hottest page kind is split into
 ``HOT_COPIES`` keys.
 
 Only the parameters a page reads are in its key, each in its canonical form, so a
@@ -33,10 +35,17 @@ from django.http import HttpRequest
 from django.urls import Resolver404, resolve, reverse
 
 from library.cache.keys import KeySpec
-from library.cache.reads import LIST, SEARCH, search_canonical, specs
+from library.cache.reads import (
+    LIST,
+    SEARCH,
+    BookVersion,
+    book_version_current,
+    book_version_parse,
+    search_canonical,
+    specs,
+)
 from library.cache.store import generation_key
 from library.forms import BookSearchForm
-from library.models import Book
 
 # Schema 4: the criteria are the canonical parameters, no longer the raw query.
 PAGE: Final = KeySpec(namespace="page", operation="http", schema_version=4)
@@ -71,23 +80,39 @@ def _page_number(value: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class VersionRecord:
+    """The version record a page's key names (``library.cache.reads.versions``)."""
+
+    # view kwargs -> the record's Redis key (the ASGI front reads it itself)
+    key: Callable[[dict[str, Any]], str]
+    # view kwargs -> the current version: the record, or the database when the
+    # record is missing (then written back). Sync: the Django middleware's.
+    load: Callable[[dict[str, Any]], BookVersion | None]
+    parse: Callable[[object], BookVersion | None] = book_version_parse
+
+
+# (canonical path, view kwargs, canonical query, version record) -> (key,
+# dependency), or None when the page cannot be keyed (no such row). The dependency
+# is the Redis key of a generation counter the page was rendered under, or None
+# when the key itself names the version.
+KeyBuilder = Callable[
+    [str, dict[str, Any], Query, BookVersion | None], tuple[str, str | None] | None
+]
+
+
+@dataclass(frozen=True)
 class PageKind:
     """How one route's anonymous page is keyed and how long it lives."""
 
-    # (canonical path, view kwargs, canonical query) -> (key, dependency), or None
-    # when the page cannot be keyed (no such row). The dependency is the Redis key
-    # of a generation counter the page was rendered under, or None when the key
-    # itself names the version.
-    key: Callable[[str, dict[str, Any], Query], tuple[str, str | None] | None]
+    key: KeyBuilder
     lifetime_s: int
     jitter_s: int
     copies: Callable[[Query], int] = lambda query: 1
     # The parameters the view reads, each with its canonical form; any other
     # parameter is ignored by the view, so it is kept out of the key.
     params: Mapping[str, Canonical] = field(default_factory=dict)
-    # The key reads the database: only the Django middleware may look it up (the
-    # ASGI front runs on the event loop, where database calls are not allowed).
-    needs_database: bool = False
+    # The key names a row's version, read from its record first.
+    record: VersionRecord | None = None
 
 
 def _criteria(path: str, view: str, query: Query) -> dict[str, str | int | None]:
@@ -98,7 +123,7 @@ def _criteria(path: str, view: str, query: Query) -> dict[str, str | int | None]
 
 
 def _catalogue_key(
-    path: str, kwargs: dict[str, Any], query: Query
+    path: str, kwargs: dict[str, Any], query: Query, record: BookVersion | None
 ) -> tuple[str, str | None]:
     tenant = specs.branch_tenant(int(kwargs["branch_id"]))
     spec = SEARCH if query.get("q") else LIST
@@ -107,7 +132,7 @@ def _catalogue_key(
 
 
 def _stock_list_key(
-    path: str, kwargs: dict[str, Any], query: Query
+    path: str, kwargs: dict[str, Any], query: Query, record: BookVersion | None
 ) -> tuple[str, str | None]:
     tenant = specs.branch_tenant(int(kwargs["branch_id"]))
     key = PAGE.key(tenant=tenant, criteria=_criteria(path, "branch-stock", query))
@@ -115,27 +140,31 @@ def _stock_list_key(
 
 
 def _book_key(
-    path: str, kwargs: dict[str, Any], query: Query
+    path: str, kwargs: dict[str, Any], query: Query, record: BookVersion | None
 ) -> tuple[str, str | None] | None:
-    # The version is read from the database, as the data tier does: it is bumped in
-    # the change's own transaction, so the key can never name an older page.
-    current = (
-        Book.objects.filter(pk=int(kwargs["book_id"]))
-        .values_list("branch_id", "version", "updated_at")
-        .first()
-    )
-    if current is None:
+    # The version comes from the book's version record (read before the key is
+    # built, see ``PageKind.record``), which names the committed version: the key
+    # never names an older page than the book's record, and a rendering of another
+    # version is never stored under it (``stored.shows_the_page_asked``).
+    if record is None:
         return None
-    branch_id, version, updated_at = current
     key = PAGE.key(
-        tenant=specs.branch_tenant(branch_id),
+        tenant=specs.branch_tenant(record.branch_id),
         criteria={
             **_criteria(path, "book-detail", query),
-            "v": version,
-            "u": int(updated_at.timestamp() * 1_000_000),
+            "v": record.version,
+            "u": record.updated_us,
         },
     )
     return key, None
+
+
+def _book_record(kwargs: dict[str, Any]) -> str:
+    return specs.book_record(int(kwargs["book_id"]))
+
+
+def _book_load(kwargs: dict[str, Any]) -> BookVersion | None:
+    return book_version_current(int(kwargs["book_id"]))
 
 
 def _first_catalogue_page(query: Query) -> int:
@@ -154,7 +183,10 @@ PAGES: Final[dict[str, PageKind]] = {
     ),
     "branch-stock": PageKind(key=_stock_list_key, lifetime_s=60, jitter_s=15),
     "book-detail": PageKind(
-        key=_book_key, lifetime_s=600, jitter_s=120, needs_database=True
+        key=_book_key,
+        lifetime_s=600,
+        jitter_s=120,
+        record=VersionRecord(key=_book_record, load=_book_load),
     ),
 }
 
@@ -169,6 +201,19 @@ class PageLookup(NamedTuple):
     # The canonical parameters the key was built from, to check the rendering
     # against (``stored.shows_the_page_asked``).
     query: tuple[tuple[str, str], ...] = ()
+    # The version the key names (``BookVersion.token``), for a kind with a record:
+    # a rendering of any other version is not stored under this key.
+    version: str | None = None
+
+
+class PageRoute(NamedTuple):
+    """A request the tier covers, before its key is built (no I/O so far)."""
+
+    kind: PageKind
+    path: str  # canonical
+    kwargs: dict[str, Any]
+    query: dict[str, str]  # canonical
+    storable: bool
 
 
 def _canonical_query(
@@ -206,12 +251,12 @@ def may_be_page(request: HttpRequest) -> bool:
     return (match.url_name or "") in PAGES
 
 
-def page_key(request: HttpRequest, *, no_database: bool = False) -> PageLookup | None:
-    """Return where the page tier keeps this request's page, or None: do not use it.
+def page_route(request: HttpRequest) -> PageRoute | None:
+    """Return the route of a request the tier may answer, or None: do not use it.
 
-    Anything the rest of the stack must see first is left to it: a plain-HTTP
-    request that the security middleware will redirect, a Host that is not
-    allowed (Django answers 400), a session or a flash message.
+    No I/O. Anything the rest of the stack must see first is left to it: a
+    plain-HTTP request that the security middleware will redirect, a Host that is
+    not allowed (Django answers 400), a session or a flash message.
     """
     if request.method != "GET":
         return None
@@ -229,7 +274,7 @@ def page_key(request: HttpRequest, *, no_database: bool = False) -> PageLookup |
     except Resolver404:
         return None
     kind = PAGES.get(match.url_name or "")
-    if kind is None or (no_database and kind.needs_database):
+    if kind is None:
         return None
     canonical = _canonical_query(request, kind.params)
     if canonical is None:
@@ -239,11 +284,40 @@ def page_key(request: HttpRequest, *, no_database: bool = False) -> PageLookup |
     # request of "/books/007/"): the key's, so padded numbers make no entry.
     path = reverse(match.url_name, kwargs=match.kwargs)
     storable = storable and path == request.path
-    keyed = kind.key(path, match.kwargs, query)
+    return PageRoute(kind, path, match.kwargs, query, storable)
+
+
+def route_lookup(route: PageRoute, record: BookVersion | None) -> PageLookup | None:
+    """Return where the tier keeps the route's page, given its version record (None
+    for a kind without one); None when it cannot be keyed (no such row)."""
+    keyed = route.kind.key(route.path, route.kwargs, route.query, record)
     if keyed is None:
         return None
     key, dependency = keyed
-    copies = kind.copies(query)
+    copies = route.kind.copies(route.query)
     if copies > 1:
         key = f"{key}#c{_rng.randrange(copies)}"
-    return PageLookup(key, kind, dependency, storable, tuple(query.items()))
+    return PageLookup(
+        key,
+        route.kind,
+        dependency,
+        route.storable,
+        tuple(route.query.items()),
+        None if record is None else record.token,
+    )
+
+
+def page_key(request: HttpRequest) -> PageLookup | None:
+    """Return where the page tier keeps this request's page, or None: do not use it.
+
+    Sync: a version record is read (or loaded from the database) on the spot.
+    """
+    route = page_route(request)
+    if route is None:
+        return None
+    record = None
+    if route.kind.record is not None:
+        record = route.kind.record.load(route.kwargs)
+        if record is None:
+            return None  # no such row: the view answers 404
+    return route_lookup(route, record)

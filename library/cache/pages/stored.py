@@ -77,14 +77,32 @@ def mark_rendered_page(response: HttpResponse, number: int) -> None:
     setattr(response, _RENDERED_PAGE, number)
 
 
+# The attribute a versioned view sets: the version it rendered (``BookVersion.token``).
+_RENDERED_VERSION: Final = "library_rendered_version"
+
+
+def mark_rendered_version(response: HttpResponse, token: str) -> None:
+    """Record which version of its row ``response`` shows (``BookVersion.token``).
+
+    The key names the version its record held when the request came in; the view
+    reads the row itself, and a change may commit in between. Such a rendering is
+    served, but never stored under a key that names another version.
+    """
+    setattr(response, _RENDERED_VERSION, token)
+
+
 def shows_the_page_asked(lookup: PageLookup, response: HttpResponse) -> bool:
-    """Return whether the response shows the page its key names.
+    """Return whether the response shows the page (and version) its key names.
 
     A rendering of another page is served but never stored: stored under the
     number asked for, every number past the end would keep its own copy of the
     last page, and a client walking ``?page=N`` could grow Redis without bound.
     A response that does not say which page it shows is taken at its key's word.
+    A key that names a version keeps only a rendering marked with that version.
     """
+    rendered_version = getattr(response, _RENDERED_VERSION, None)
+    if lookup.version is not None and rendered_version != lookup.version:
+        return False
     rendered = getattr(response, _RENDERED_PAGE, None)
     if rendered is None:
         return True

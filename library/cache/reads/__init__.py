@@ -27,6 +27,10 @@ to reach). ``updated_at`` joins the version in the key because a re-created data
 (a restore, a re-seed) starts versions again at 1 while its rows are new; the two
 together never meet an older entry. Since the key names the exact version, a stale
 entry can never be served, which is also why the in-process tier is safe here.
+The page tier, which answers before the view runs, keys a book page by the same
+version read from the book's version record in Redis instead (``versions``): there
+the database query was most of a hit's cost, and the record is written by the
+change's own commit hook.
 
 Values are JSON (see ``library.cache.store``) and are turned back into unsaved model
 
@@ -53,6 +57,7 @@ from library.cache.reads.specs import (
     LIST,
     SEARCH,
     STOCK,
+    book_record,
     branch_tenant,
     member_tenant,
 )
@@ -64,6 +69,13 @@ from library.cache.reads.specs import HISTORY_LIFETIME_S as HISTORY_LIFETIME_S
 from library.cache.reads.specs import LIST_JITTER_S as LIST_JITTER_S
 from library.cache.reads.specs import LIST_LIFETIME_S as LIST_LIFETIME_S
 from library.cache.reads.specs import STOCK_STALE_S as STOCK_STALE_S
+from library.cache.reads.versions import (
+    BookVersion,
+    book_version_announce,
+    book_version_current,
+    book_version_of,
+    book_version_parse,
+)
 
 __all__ = [
     "BOOK",
@@ -71,9 +83,15 @@ __all__ = [
     "LIST",
     "SEARCH",
     "STOCK",
+    "BookVersion",
     "BranchPage",
     "CachedBook",
     "book_detail",
+    "book_record",
+    "book_version_announce",
+    "book_version_current",
+    "book_version_of",
+    "book_version_parse",
     "branch_books_page",
     "branch_page",
     "branch_stock_list",

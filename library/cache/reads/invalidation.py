@@ -10,12 +10,19 @@ from library.cache.reads.specs import HISTORY, LIST, SEARCH
 from library.cache.store import generations_bump
 
 
-def change_invalidate(branch_id: int, member_id: int | None = None) -> None:
+def change_invalidate(
+    branch_id: int,
+    member_id: int | None = None,
+    *,
+    book: tuple[int, int] | None = None,
+) -> None:
     """Retire what a change at the branch made stale, in one Redis round trip.
 
     The branch's list and search generations are bumped and its stock page deleted;
-    with a member, that member's history generation too. Raises on a Redis error, so
-    the caller's delivery is retried.
+    with a member, that member's history generation too; with ``book`` (its id and
+    its version after the change), its version record if older (``versions``: the
+    commit hook normally got there first). Raises on a Redis error, so the caller's
+    delivery is retried.
 
     The stock page is deleted, not written through: rebuilding it (totals and the
     busiest books over all loans) on every loan made a burst of loans rebuild it once
@@ -26,4 +33,5 @@ def change_invalidate(branch_id: int, member_id: int | None = None) -> None:
     generations = [(LIST.namespace, tenant), (SEARCH.namespace, tenant)]
     if member_id is not None:
         generations.append((HISTORY.namespace, specs.member_tenant(member_id)))
-    generations_bump(generations, delete=(branch_key(branch_id),))
+    retire = () if book is None else ((specs.book_record(book[0]), book[1]),)
+    generations_bump(generations, delete=(branch_key(branch_id),), retire_below=retire)

@@ -26,6 +26,10 @@ STOCK_STALE_S: Final = 30.0
 # change that published no event (an admin edit of a title) stays invisible.
 LIST_LIFETIME_S: Final = 120
 LIST_JITTER_S: Final = 30
+# A book's version record (``versions``): how long one no writer reached may stay
+# behind (a commit hook that met a Redis error, a database re-created under a live
+# Redis). Every loan rewrites it; a hit never needs it longer.
+BOOK_RECORD_LIFETIME_S: Final = 300
 HISTORY_LIFETIME_S: Final = 300
 HISTORY_JITTER_S: Final = 60
 
@@ -38,3 +42,8 @@ def branch_tenant(branch_id: int) -> str:
 def member_tenant(member_id: int) -> str:
     """Return the tenant of one member's own data (never shared with another)."""
     return f"member-{member_id}"
+
+
+def book_record(book_id: int) -> str:
+    """Return the Redis key of one book's version record (``versions``)."""
+    return f"version:book:{book_id}"

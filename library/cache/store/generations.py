@@ -12,6 +12,7 @@ import redis
 
 from library.cache.metrics import cache_redis, redis_failed, redis_usable
 from library.cache.store.local import local_tier
+from library.cache.store.versions import RETIRE_BELOW
 
 
 def generation_key(namespace: str, tenant: str) -> str:
@@ -51,11 +52,16 @@ def generation_bump(namespace: str, tenant: str) -> int:
 
 
 def generations_bump(
-    generations: list[tuple[str, str]], *, delete: tuple[str, ...] = ()
+    generations: list[tuple[str, str]],
+    *,
+    delete: tuple[str, ...] = (),
+    retire_below: tuple[tuple[str, int], ...] = (),
 ) -> list[int]:
     """Bump several generations and delete ``delete`` keys in one round trip.
 
-    Same contract as ``generation_bump``; one MULTI, so they all happen or none.
+    ``retire_below`` holds (version record, version) pairs: each record older than
+    its version is deleted (``versions.RETIRE_BELOW``). Same contract as
+    ``generation_bump``; one MULTI, so they all happen or none.
     """
     for key in delete:
         local_tier.discard(key)
@@ -67,5 +73,7 @@ def generations_bump(
         pipe.incr(generation_key(namespace, tenant))
     for key in delete:
         pipe.delete(key)
+    for key, version in retire_below:
+        pipe.eval(RETIRE_BELOW, 1, key, version)
     replies = pipe.execute()
     return [int(v) for v in replies[1 : 2 * len(generations) : 2]]
