@@ -233,3 +233,21 @@ class LabWorkerState(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class LabFlight(models.Model):
+    """One row per run fingerprint (lab, parameters, live): the lock that makes the
+    lab service's single flight hold under concurrency.
+
+    Two learners asking for the same run at the same moment would each find no
+    identical run in flight and each queue one. ``lab_run_request`` first writes
+    this row, inside the transaction that looks for a run to join and records the
+    new one, so the second request waits for the first to commit and then joins
+    its run (PostgreSQL locks the row; SQLite the whole database, for a moment).
+    """
+
+    fingerprint = models.CharField(max_length=64, primary_key=True)
+    touched_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.fingerprint

@@ -32,7 +32,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from course.labs.harness.base import Lab, LabError, Params
-from course.models import LabRun
+from course.models import LabFlight, LabRun
 from course.policies import (
     Limits,
     Refusal,
@@ -169,42 +169,51 @@ def lab_run_request(
         raise LabRefused(Refusal(RefusalKind.MODEL_ONLY, reason))
     fingerprint = run_fingerprint(lab.slug, checked, live=live)
     now = timezone.now()
-    leader = (
-        None if choice is Choice.FRESH else lab_same_in_flight(fingerprint=fingerprint)
-    )
-    finished = None
-    if leader is None and choice is not Choice.FRESH and settings.LAB_REUSE_S:
-        since = now - datetime.timedelta(seconds=settings.LAB_REUSE_S)
-        finished = lab_same_finished(fingerprint=fingerprint, since=since)
-    if finished is not None and live and choice is Choice.AUTO:
-        _check(requester, cost=0.0, live=live, now=now)
-        return Asked(job=None, offer=finished)
-    shared = leader or finished
-    cost = 0.0 if shared is not None else run_cost(lab, checked)
-    _check(requester, cost=cost, live=live, now=now)
-    if shared is None and lab_waiting_total() >= settings.LAB_QUEUE_CAPACITY:
-        raise LabRefused(
-            Refusal(
-                RefusalKind.QUEUE_FULL,
-                "Every place in the lab queue is taken; try again in a few seconds.",
-                QUEUE_FULL_RETRY_S,
-            )
+    with transaction.atomic():
+        # Written first: an identical request waits here until this one commits,
+        # then finds its run in flight and joins it (see LabFlight).
+        LabFlight.objects.update_or_create(
+            fingerprint=fingerprint, defaults={"touched_at": now}
         )
-    stored: dict[str, Any] = dict(checked)
-    if live:
-        stored[LIVE_KEY] = True
-    if prediction is not None:
-        stored[PREDICTION_KEY] = prediction
-    job = _record(
-        lab=lab,
-        stored=stored,
-        requester=requester,
-        live=live,
-        cost=cost,
-        fingerprint=fingerprint,
-        leader=shared,
-    )
-    return Asked(job=job, leader=shared, reused=finished is not None)
+        leader = (
+            None
+            if choice is Choice.FRESH
+            else lab_same_in_flight(fingerprint=fingerprint)
+        )
+        finished = None
+        if leader is None and choice is not Choice.FRESH and settings.LAB_REUSE_S:
+            since = now - datetime.timedelta(seconds=settings.LAB_REUSE_S)
+            finished = lab_same_finished(fingerprint=fingerprint, since=since)
+        if finished is not None and live and choice is Choice.AUTO:
+            _check(requester, cost=0.0, live=live, now=now)
+            return Asked(job=None, offer=finished)
+        shared = leader or finished
+        cost = 0.0 if shared is not None else run_cost(lab, checked)
+        _check(requester, cost=cost, live=live, now=now)
+        if shared is None and lab_waiting_total() >= settings.LAB_QUEUE_CAPACITY:
+            raise LabRefused(
+                Refusal(
+                    RefusalKind.QUEUE_FULL,
+                    "Every place in the lab queue is taken; try again in a few "
+                    "seconds.",
+                    QUEUE_FULL_RETRY_S,
+                )
+            )
+        stored: dict[str, Any] = dict(checked)
+        if live:
+            stored[LIVE_KEY] = True
+        if prediction is not None:
+            stored[PREDICTION_KEY] = prediction
+        job = _record(
+            lab=lab,
+            stored=stored,
+            requester=requester,
+            live=live,
+            cost=cost,
+            fingerprint=fingerprint,
+            leader=shared,
+        )
+        return Asked(job=job, leader=shared, reused=finished is not None)
 
 
 def _check(

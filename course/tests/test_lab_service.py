@@ -397,3 +397,70 @@ def test_a_live_run_asked_for_while_redis_is_away_waits_in_the_queue(
     assert job.state == JobStatus.State.QUEUED
     assert LabRun.objects.get(job=job).live is True
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_identical_requests_at_the_same_moment_make_one_run(redis_client):
+    """The second request waits on the first one's LabFlight row, then joins its
+    run; without the row both would find nothing in flight and queue two runs.
+
+    The first request is held inside its transaction (in the look-up for a run to
+    join) until the second is seen waiting on a lock: PostgreSQL names the wait in
+    pg_stat_activity; SQLite's IMMEDIATE transactions never let the second start."""
+    import threading
+
+    from django.db import connection, connections
+
+    from config.processes import wait_until
+    from course.services import labqueue
+
+    lab = lab_get("cache-metrics")
+    inside, release = threading.Event(), threading.Event()
+    real = labqueue.lab_same_in_flight
+    answers: dict[str, Any] = {}
+
+    def held(*, fingerprint: str) -> JobStatus | None:
+        if threading.current_thread().name == "first":
+            inside.set()
+            release.wait(timeout=60)
+        return real(fingerprint=fingerprint)
+
+    def ask(name: str) -> None:
+        try:
+            answers[name] = lab_run_request(
+                lab=lab, params=lab.defaults(), requester=requester(name)
+            )
+        finally:
+            connections.close_all()
+
+    labqueue.lab_same_in_flight = held  # type: ignore[assignment]
+    try:
+        first = threading.Thread(target=ask, args=("first",), name="first")
+        first.start()
+        assert inside.wait(timeout=60)
+        second = threading.Thread(target=ask, args=("second",), name="second")
+        second.start()
+        if connection.vendor == "postgresql":
+            wait_until(
+                lambda: _waiting_on_a_lock(connection),
+                "the second request to wait on the first's row",
+            )
+        release.set()
+        first.join(timeout=60)
+        second.join(timeout=60)
+    finally:
+        labqueue.lab_same_in_flight = real  # type: ignore[assignment]
+        release.set()
+    assert answers["first"].leader is None
+    assert answers["second"].leader is not None
+    assert answers["second"].leader.pk == answers["first"].job.pk
+    assert LabRun.objects.filter(leader__isnull=True).count() == 1
+
+
+def _waiting_on_a_lock(connection) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return bool(cursor.fetchone()[0])
