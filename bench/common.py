@@ -243,10 +243,10 @@ class Children:
         process = self.processes[name]
         code = process.poll()
         if code is None:
-            state = _stat_fields(process.pid)
+            state = stat_fields(process.pid)
             status = (
                 f"running (pid {process.pid}, state {state[1][0]},"
-                f" {_process_cpu_s(process.pid, children=False):.1f} s CPU)"
+                f" {process_tree_cpu_s(process.pid, children=False):.1f} s CPU)"
                 if state is not None
                 else f"running (pid {process.pid})"
             )
@@ -453,7 +453,7 @@ def percentile(values: Sequence[float], p: float) -> float:
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _stat_fields(pid: int | str) -> tuple[str, list[str]] | None:
+def stat_fields(pid: int | str) -> tuple[str, list[str]] | None:
     """Return (command name, the fields after it) of /proc/<pid>/stat, if it exists."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -463,12 +463,12 @@ def _stat_fields(pid: int | str) -> tuple[str, list[str]] | None:
     return head.partition("(")[2], rest.split()
 
 
-def _process_cpu_s(pid: int, *, children: bool) -> float:
+def process_tree_cpu_s(pid: int, *, children: bool) -> float:
     """CPU seconds of a process; with ``children``, of the children it reaped too.
 
     An rq worker reaps each work-horse it forks, so its children's time is the jobs'.
     """
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     if fields is None:
         return 0.0
     values = fields[1]
@@ -481,7 +481,7 @@ def _process_cpu_s(pid: int, *, children: bool) -> float:
 
 def process_cpu_s(pid: int) -> float:
     """CPU seconds a living process has used so far (0 once it is gone)."""
-    return _process_cpu_s(pid, children=False)
+    return process_tree_cpu_s(pid, children=False)
 
 
 def _listens_on(pid: int, port: int) -> bool:
@@ -516,13 +516,13 @@ def _postgres_cpu_s() -> float:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(entry.name)
+        fields = stat_fields(entry.name)
         if fields is not None and fields[0] == "postgres":
-            total += _process_cpu_s(int(entry.name), children=True)
+            total += process_tree_cpu_s(int(entry.name), children=True)
     return total
 
 
-def _machine_busy_s() -> float:
+def machine_busy_s() -> float:
     """CPU seconds the whole machine spent busy (all cores), from /proc/stat."""
     try:
         cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
@@ -546,16 +546,16 @@ class CpuMeter:
     _began: float = 0.0
 
     def _sample(self) -> dict[str, float]:
-        sample = {"this process": _process_cpu_s(os.getpid(), children=False)}
+        sample = {"this process": process_tree_cpu_s(os.getpid(), children=False)}
         for name, pids in self.pids.items():
             # Reaped children in their parent's count, living ones (a work-horse
             # mid-job) on their own: a job straddling a sample is counted once.
             living = [child for pid in pids for child in descendants(pid)]
             sample[name] = sum(
-                _process_cpu_s(pid, children=True) for pid in pids
-            ) + sum(_process_cpu_s(pid, children=False) for pid in living)
+                process_tree_cpu_s(pid, children=True) for pid in pids
+            ) + sum(process_tree_cpu_s(pid, children=False) for pid in living)
         sample["PostgreSQL"] = _postgres_cpu_s()
-        sample["machine"] = _machine_busy_s()
+        sample["machine"] = machine_busy_s()
         return sample
 
     def start(self) -> None:

@@ -33,16 +33,16 @@ from typing import Any
 from bench.common import (
     BenchError,
     Children,
-    _machine_busy_s,
-    _process_cpu_s,
-    _stat_fields,
     baseline_worker,
     flush_bench_redis,
     format_table,
+    machine_busy_s,
     markdown_page,
     median,
     percentile,
+    process_tree_cpu_s,
     redis_connection,
+    stat_fields,
     utcnow,
     wait_for_workers,
     wait_until,
@@ -407,7 +407,7 @@ def _postgres_backends(database: str) -> dict[int, float]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(entry.name)
+        fields = stat_fields(entry.name)
         if fields is None or fields[0] != "postgres":
             continue
         try:
@@ -415,7 +415,7 @@ def _postgres_backends(database: str) -> dict[int, float]:
         except OSError:
             continue
         if marker in title:
-            found[int(entry.name)] = _process_cpu_s(int(entry.name), children=False)
+            found[int(entry.name)] = process_tree_cpu_s(int(entry.name), children=False)
     return found
 
 
@@ -452,14 +452,14 @@ class SystemMeter:
     def _trees(self) -> dict[str, float]:
         from config.processes import descendants
 
-        sample = {"issuer": _process_cpu_s(os.getpid(), children=False)}
+        sample = {"issuer": process_tree_cpu_s(os.getpid(), children=False)}
         for name, pids in self.pids.items():
             living = [child for pid in pids for child in descendants(pid)]
             sample[name] = sum(
-                _process_cpu_s(pid, children=True) for pid in pids
-            ) + sum(_process_cpu_s(pid, children=False) for pid in living)
+                process_tree_cpu_s(pid, children=True) for pid in pids
+            ) + sum(process_tree_cpu_s(pid, children=False) for pid in living)
         sample["Redis"] = _redis_cpu_s()
-        sample["machine"] = _machine_busy_s()
+        sample["machine"] = machine_busy_s()
         return sample
 
     def _sample_backends(self) -> None:

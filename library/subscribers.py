@@ -137,13 +137,25 @@ def invalidate_caches(message: OutboxMessage) -> None:
     if message.type in (MessageType.LOAN_ISSUED, MessageType.RETURN_RECEIVED):
         member_id = body_int(message.body, "member_id")
     reads.change_invalidate(
-        body_int(message.body, "branch_id"),
-        member_id,
-        book=(
-            body_int(message.body, "book_id"),
-            body_int(message.body, "book_version"),
-        ),
+        body_int(message.body, "branch_id"), member_id, book=_book_retired(message)
     )
+
+
+# A version above any real one: the record goes whatever version it names.
+_ANY_VERSION = 2**62
+
+
+def _book_retired(message: OutboxMessage) -> tuple[int, int] | None:
+    """The book whose version record the change retires, with the version it
+    reached; a body without the version (a correction some producer wrote without
+    it) retires the record whatever it says: one database read on the next hit
+    costs less than a delivery that can never succeed."""
+    if "book_id" not in message.body:
+        return None
+    book_id = body_int(message.body, "book_id")
+    if "book_version" not in message.body:
+        return book_id, _ANY_VERSION
+    return book_id, body_int(message.body, "book_version")
 
 
 # --- ordered and stream consumers --------------------------------------------------

@@ -139,3 +139,27 @@ def test_the_asgi_front_answers_a_book_page_and_follows_a_committed_loan(
     assert (status, headers["x-page-cache"]) == (200, "miss")
     assert b'<strong class="big-number">2</strong>' in body
     assert b'<strong class="big-number">1</strong>' in after
+
+
+def test_a_change_without_a_version_retires_the_record_and_is_done(
+    client: Client, book: Book
+) -> None:
+    """A stock correction whose body has no version (the ordering lab's unusable
+    head has none) cannot say which record is older: the record goes, and the
+    invalidation succeeds instead of retrying for ever."""
+    from messaging.models import Delivery
+    from messaging.registry import MessageType
+    from messaging.services import outbox_publish
+
+    url = reverse("book-detail", args=[book.pk])
+    client.get(url)
+    assert record_of(book) is not None
+    outbox_publish(
+        type=MessageType.STOCK_CORRECTED,
+        key=book.pk,
+        body={"book_id": book.pk, "branch_id": book.branch_id, "on_shelf": 0},
+    )
+    messaging_drain(owner="test")
+    invalidation = Delivery.objects.get(subscription="cache_invalidation")
+    assert invalidation.status == Delivery.Status.DONE
+    assert record_of(book) is None

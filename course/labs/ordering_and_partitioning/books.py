@@ -55,6 +55,24 @@ def lab_messages_settled(lab: LabBooks) -> bool:
     ).exists()
 
 
+def lab_messages_pending(lab: LabBooks) -> str:
+    """Say which subscriptions still have a pending copy of the run's messages."""
+    pending = (
+        Delivery.objects.filter(
+            message_id__in=lab.message_ids, status=Delivery.Status.PENDING
+        )
+        .values_list("subscription", "attempts")
+        .order_by("subscription")
+    )
+    counts: dict[str, list[int]] = {}
+    for subscription, attempts in pending:
+        counts.setdefault(subscription, []).append(attempts)
+    return ", ".join(
+        f"{name}: {len(tries)} pending, up to {max(tries)} attempts"
+        for name, tries in counts.items()
+    )
+
+
 def stream_passed(last: int) -> bool:
 
     offsets = dict(StreamConsumer.objects.values_list("name", "offset"))

@@ -31,6 +31,7 @@ from course.labs.ordering_and_partitioning.books import (
     as_aware,
     books_create,
     books_delete,
+    lab_messages_pending,
     lab_messages_settled,
     stream_passed,
 )
@@ -341,6 +342,7 @@ def measure(params: OrderingParams, progress: Progress) -> Measurement:
                     what="the other subscriptions' copies of the run's messages",
                     timeout=60,
                     system=system,
+                    detail=lambda: lab_messages_pending(lab),
                 )
                 with contextlib.suppress(LabError):
                     # Only to tidy the projection up; a slow stream keeps its rows.
