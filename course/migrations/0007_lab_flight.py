@@ -4,17 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('course', '0006_challenge_progress'),
+        ("course", "0006_challenge_progress"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='LabFlight',
+            name="LabFlight",
             fields=[
-                ('fingerprint', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('touched_at', models.DateTimeField()),
+                (
+                    "fingerprint",
+                    models.CharField(max_length=64, primary_key=True, serialize=False),
+                ),
+                ("touched_at", models.DateTimeField()),
             ],
         ),
     ]

@@ -400,7 +400,9 @@ def test_a_live_run_asked_for_while_redis_is_away_waits_in_the_queue(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_identical_requests_at_the_same_moment_make_one_run(redis_client):
+def test_two_identical_requests_at_the_same_moment_make_one_run(
+    redis_client, monkeypatch
+):
     """The second request waits on the first one's LabFlight row, then joins its
     run; without the row both would find nothing in flight and queue two runs.
 
@@ -412,11 +414,12 @@ def test_two_identical_requests_at_the_same_moment_make_one_run(redis_client):
     from django.db import connection, connections
 
     from config.processes import wait_until
+    from course.selectors import lab_same_in_flight
     from course.services import labqueue
 
     lab = lab_get("cache-metrics")
     inside, release = threading.Event(), threading.Event()
-    real = labqueue.lab_same_in_flight
+    real = lab_same_in_flight
     answers: dict[str, Any] = {}
 
     def held(*, fingerprint: str) -> JobStatus | None:
@@ -433,7 +436,7 @@ def test_two_identical_requests_at_the_same_moment_make_one_run(redis_client):
         finally:
             connections.close_all()
 
-    labqueue.lab_same_in_flight = held  # type: ignore[assignment]
+    monkeypatch.setattr(labqueue, "lab_same_in_flight", held)
     try:
         first = threading.Thread(target=ask, args=("first",), name="first")
         first.start()
@@ -449,7 +452,6 @@ def test_two_identical_requests_at_the_same_moment_make_one_run(redis_client):
         first.join(timeout=60)
         second.join(timeout=60)
     finally:
-        labqueue.lab_same_in_flight = real  # type: ignore[assignment]
         release.set()
     assert answers["first"].leader is None
     assert answers["second"].leader is not None

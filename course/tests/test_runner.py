@@ -84,9 +84,11 @@ def test_run_requires_csrf_token(redis_client):
     assert strict.post("/course/cache-layers/run", {}).status_code == 403
     # The token the page carries, as a browser reads it: an anonymous lesson page is
     # rendered once with a placeholder that each answer fills (course.lesson_cache).
-    token = re.search(
+    found = re.search(
         r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode()
-    ).group(1)
+    )
+    assert found is not None
+    token = found.group(1)
     response = strict.post("/course/cache-layers/run", {"csrfmiddlewaretoken": token})
     assert response.status_code == 303
 
