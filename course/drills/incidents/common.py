@@ -22,6 +22,7 @@ from django.contrib.auth.models import Permission, User
 from django.db.models import Q
 from django.utils import timezone
 
+from jobs.holders import holder_state
 from messaging.models import Delivery
 from messaging.services import messaging_drain
 
@@ -146,4 +147,14 @@ def deliveries_in_flight(subscriptions: Iterable[str] | None = None) -> bool:
     due = pending.filter(available_at__lte=soon).filter(
         Q(leased_until__isnull=True) | Q(leased_until__lte=soon)
     )
-    return due.exists()
+    if due.exists():
+        return True
+    # A worker that claimed the batch a moment ago holds it for its whole lease: it
+    # is in flight while that worker runs. A holder shown dead is the operator's.
+    holders = (
+        pending.filter(leased_until__gt=soon)
+        .exclude(lease_owner="")
+        .values_list("lease_owner", flat=True)
+        .distinct()
+    )
+    return any(not holder_state(owner).dead for owner in holders)
