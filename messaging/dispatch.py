@@ -42,6 +42,15 @@ WAKE_KEY = "messaging:wake"
 DRAINERS_KEY = "messaging:drainers"
 
 
+# Commits nudged per lane, counted (INCR in the nudge's pipeline): a drainer that
+# gathers a batch (messaging.drainer) reads how many arrived since the lane's last
+# pass, so it waits no longer than a batch takes to build up.
+COMMITS_KEY = "messaging:commits"
+# A lane's last pass, shared by its drainers (a hash: "at", Unix seconds; "commits",
+# the counter when it began; "full", 1 while a backlog is being worked through).
+PASS_KEY = "messaging:last-pass"
+
+
 # Told after every commit that appended to the outbox: a process following the log
 # (realtime's change hub) looks at once instead of at its next poll.
 LOG_CHANNEL = "messaging:log-moved"
@@ -70,13 +79,22 @@ def wake_key(lane: str) -> str:
     return WAKE_KEY if lane == "main" else f"{WAKE_KEY}:{lane}"
 
 
+def commits_key(lane: str) -> str:
+    return COMMITS_KEY if lane == "main" else f"{COMMITS_KEY}:{lane}"
+
+
+def pass_key(lane: str) -> str:
+    return PASS_KEY if lane == "main" else f"{PASS_KEY}:{lane}"
+
+
 def nudge_drain(lane: str = "main", *, announce: bool = False) -> None:
     """Wake a drainer of ``lane``, or queue an rq drain when no drainer is alive.
 
-    Runs after commit. One round trip when a drainer is alive (wake-up, trim and the
-    drainers' count in one pipeline, plus the log's announcement when ``announce``);
-    without one, the rq job is queued unless one is already waiting. A Redis failure
-    only delays the work: the scheduler's sweep nudges again.
+    Runs after commit. One round trip when a drainer is alive (wake-up, trim, the
+    commit count and the drainers' count in one pipeline, plus the log's
+    announcement when ``announce``); without one, the rq job is queued unless one
+    is already waiting. A Redis failure only delays the work: the scheduler's sweep
+    nudges again.
     """
     try:
         connection = _redis()
@@ -84,10 +102,11 @@ def nudge_drain(lane: str = "main", *, announce: bool = False) -> None:
         with connection.pipeline(transaction=False) as pipe:
             pipe.lpush(key, b"1")
             pipe.ltrim(key, 0, 0)
+            pipe.incr(commits_key(lane))
             pipe.zcount(DRAINERS_KEY, time.time(), "+inf")
             if announce:
                 pipe.publish(LOG_CHANNEL, b"1")
-            drainers = pipe.execute()[2]
+            drainers = pipe.execute()[3]
         if drainers:
             return
         if connection.set(queued_key(lane), "1", nx=True, ex=10):

@@ -12,10 +12,16 @@ One step (``Drainer.step``):
 1. Announce itself (at most once a second): while its announcement lasts, nudges
    wake drainers instead of queueing rq jobs.
 2. Block on the wake-up lists for up to ``block`` seconds; on a timeout, return.
-3. Wait until ``gather`` has passed since its last pass began: under a steady
-   stream of commits a pass then takes several loans at once instead of one each,
-   for at most ``gather`` of latency. At a trickle the last pass is long past and
-   nothing is waited for.
+3. Gather (``Drainer.gather_batch``): wait until ``gather`` has passed since the
+   lane's last pass began (by any drainer), or until ``batch_goal`` commits have
+   been nudged since then, whichever comes first. Every pass pays a fixed set of
+   statements (relay, claim, the partitions' heads, the stream consumers) whatever
+   it finds, and at 20 loans a second a pass per loan spent most of the drainers'
+   CPU on them; a gathered pass spreads them over several loans, for at most
+   ``gather`` of latency. At a trickle the last pass is long past and nothing is
+   waited for; under a backlog (the last pass was full) nothing is either. While
+   one drainer gathers, another one woken drops its wake-up: the gathered pass
+   will find that commit, which came before its nudge.
 4. Pass (``messaging.services.drain.drain_pass``). Pass again at once only while a
    pass may have left due work behind (a full claim); otherwise go back to the
    lists, which hold a wake-up if anything committed meanwhile. A quiet spell thus
@@ -58,9 +64,23 @@ log = logging.getLogger("messaging")
 # a quiet system's last messages are moved when the sweep's nudge comes.
 STREAMS_EVERY_S = 0.5
 
+# The lease a drainer holds on a lane while it gathers the lane's next pass.
+GATHERING = "messaging:gathering"
+# How often a gathering drainer looks at the lane's commit count.
+GATHER_POLL_S = 0.01
+
 # How long an announcement lasts: a drainer killed without a goodbye stops being
 # counted (and nudges fall back to rq jobs) this long after its last one.
 ANNOUNCE_SECONDS = 6.0
+
+
+# Record a lane's pass (when, the commit count then, whether a backlog is being
+# worked through) in one round trip.
+_PASS_BEGINS_LUA = """
+local commits = redis.call('GET', KEYS[1]) or 0
+redis.call('HSET', KEYS[2], 'at', ARGV[1], 'commits', commits, 'full', ARGV[2])
+return commits
+"""
 
 
 @dataclass
@@ -69,8 +89,13 @@ class Drainer:
 
     redis: Redis
     block: float = 2.0
-    gather: float = 0.05
+    gather: float = 0.2
+    # Commits that make a batch worth a pass at once (under load, before ``gather``).
+    batch_goal: int = 8
     batch: int = CLAIM_BATCH
+    # Injected by the tests, which control time instead of sleeping.
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
     name: str = field(
         default_factory=lambda: (
             f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -79,12 +104,16 @@ class Drainer:
     report: DrainReport = field(default_factory=DrainReport)
     wakes: int = 0
     _announced: float = 0.0
-    _last_pass: float = 0.0
     _last_streams: float = 0.0
+    _gathering: LeaseLock | None = None
+
+    def __post_init__(self) -> None:
+        # Run by its digest (EVALSHA); redis-py loads it again after a restart.
+        self._pass_script = self.redis.register_script(_PASS_BEGINS_LUA)
 
     def announce(self) -> None:
         """Tell nudges a drainer is alive, for the next ``ANNOUNCE_SECONDS``."""
-        now = time.time()
+        now = time.time()  # compared with the nudges' clock, never a test's
         if now - self._announced >= 1.0:
             self.redis.zadd(dispatch.DRAINERS_KEY, {self.name: now + ANNOUNCE_SECONDS})
             # Drop announcements that ran out (drainers killed without a goodbye).
@@ -105,11 +134,69 @@ class Drainer:
         key = popped[0]
         lane = keys[key.decode() if isinstance(key, bytes) else key]
         self.wakes += 1
-        pause = self._last_pass + self.gather - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
-        self.drain(lane)
+        try:
+            if not self.gather_batch(lane):
+                return False
+            self.drain(lane)
+        finally:
+            self._stop_gathering()
         return True
+
+    def gather_batch(self, lane: str) -> bool:
+        """Wait for the lane's next pass to be worth its fixed cost (step 3).
+
+        Return False when another drainer is gathering it already: its pass covers
+        the commit that woke this one.
+        """
+        if self.gather <= 0:
+            return True
+        started = self.clock()
+        # Held until the pass begins; a drainer killed while gathering holds it
+        # for at most a second more than the gather.
+        mark = LeaseLock(
+            self.redis,
+            f"{GATHERING}:{lane}",
+            lease_ms=int(self.gather * 1000) + 1000,
+        )
+        if not mark.acquire():
+            return False
+        self._gathering = mark
+        while True:
+            at, seen, full, commits = self._lane_state(lane)
+            now = self.clock()
+            if (
+                full
+                or commits - seen >= self.batch_goal
+                or now >= at + self.gather
+                or now - started >= self.gather
+            ):
+                return True
+            self.sleep(GATHER_POLL_S)
+
+    def _lane_state(self, lane: str) -> tuple[float, int, bool, int]:
+        """Return the lane's last pass (start, commit count then, full) and the
+        commit count now, in one round trip."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(dispatch.pass_key(lane), ["at", "commits", "full"])
+            pipe.get(dispatch.commits_key(lane))
+            (at, seen, full), commits = pipe.execute()
+        return float(at or 0), int(seen or 0), full == b"1", int(commits or 0)
+
+    def _pass_begins(self, lane: str, *, backlog: bool) -> None:
+        """Record the lane's pass for the others' gathering, then stop gathering:
+        a commit nudged from now on may come after this pass's relay."""
+        self._pass_script(
+            keys=[dispatch.commits_key(lane), dispatch.pass_key(lane)],
+            args=[self.clock(), int(backlog)],
+        )
+        self._stop_gathering()
+
+    def _stop_gathering(self) -> None:
+        """Give back the lane's gathering mark if this drainer holds it."""
+        mark, self._gathering = self._gathering, None
+        if mark is not None:
+            with contextlib.suppress(RedisError):
+                mark.release_if_owned()
 
     def drain(self, lane: str) -> None:
         """Pass over ``lane`` until a pass leaves nothing due behind it."""
@@ -126,15 +213,22 @@ class Drainer:
         owner = f"{self.name}:{self.wakes}"[:64]
         deadline = timezone.now() + datetime.timedelta(seconds=BUDGET_SECONDS)
         try:
+            backlog = False
             while True:
-                self._last_pass = time.monotonic()
+                began = time.monotonic()
+                self._pass_begins(lane, backlog=backlog)
+                if backlog:
+                    # Let an idle drainer (or rq worker) join in, at once: the
+                    # lane's record says a backlog is being worked through.
+                    dispatch.nudge_drain(lane)
+                    self.announce()
                 # At once again after a full pass: a replay reads batch after batch.
                 streams = (
-                    self._last_pass - self._last_streams >= STREAMS_EVERY_S
+                    began - self._last_streams >= STREAMS_EVERY_S
                     or self.report.full_batch
                 )
                 if streams:
-                    self._last_streams = self._last_pass
+                    self._last_streams = began
                 self.report.lanes_relayed.clear()
                 did = drain_pass(
                     self.report,
@@ -147,11 +241,10 @@ class Drainer:
                 self._wake_other_lanes(lane)
                 if not (did and self.report.full_batch):
                     return
-                # A backlog: let an idle drainer (or rq worker) join in.
-                dispatch.nudge_drain(lane)
-                self.announce()
+                backlog = True
                 if timezone.now() >= deadline:
-                    return  # the nudge above brings a fresh deadline
+                    dispatch.nudge_drain(lane)  # another drain, a fresh deadline
+                    return
         finally:
             if held is not None:
                 held.release_if_owned()

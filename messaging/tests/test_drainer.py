@@ -82,6 +82,93 @@ def test_a_full_claim_is_followed_by_another_pass(library_rows, redis_client):
     assert drainer.report.passes > 1
 
 
+# --- gathering a pass -----------------------------------------------------------------
+
+
+class Clock:
+    """Time as the drainer reads it: moves only when the drainer sleeps."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+        self.slept = 0.0
+        self.during_sleep: list = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        while self.during_sleep:
+            self.during_sleep.pop(0)()
+        self.now += seconds
+        self.slept += seconds
+
+
+def gatherer(client: redis.Redis, clock: Clock, **options) -> Drainer:
+    return Drainer(redis=client, gather=0.2, clock=clock, sleep=clock.sleep, **options)
+
+
+def test_a_pass_soon_after_the_last_one_waits_for_the_gather(redis_client):
+    clock = Clock()
+    drainer = gatherer(redis_client, clock, batch_goal=3)
+    drainer._pass_begins("main", backlog=False)
+    clock.now += 0.05
+    dispatch.nudge_drain()
+    assert drainer.gather_batch("main") is True
+    # Until 0.2 s after the last pass began, not 0.2 s after the wake-up.
+    assert clock.slept == pytest.approx(0.15, abs=0.011)
+
+
+def test_a_batch_gathered_early_ends_the_wait(redis_client):
+    clock = Clock()
+    drainer = gatherer(redis_client, clock, batch_goal=3)
+    drainer._pass_begins("main", backlog=False)
+    clock.now += 0.05
+    dispatch.nudge_drain()
+    clock.during_sleep += [dispatch.nudge_drain, dispatch.nudge_drain]
+    assert drainer.gather_batch("main") is True
+    assert clock.slept == pytest.approx(0.01)  # the third commit ended it
+
+
+@pytest.mark.parametrize("backlog", [False, True])
+def test_a_trickle_or_a_backlog_passes_at_once(redis_client, backlog):
+    clock = Clock()
+    drainer = gatherer(redis_client, clock)
+    drainer._pass_begins("main", backlog=backlog)
+    clock.now += 0.01 if backlog else 5.0
+    assert drainer.gather_batch("main") is True
+    assert clock.slept == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_wake_up_dropped_while_another_gathers_is_drained_by_its_pass(
+    library_rows, redis_client
+):
+    clock = Clock()
+    first = gatherer(redis_client, clock, batch_goal=100)
+    second = gatherer(redis_client, clock)
+    first.announce()
+    first._pass_begins("main", backlog=False)
+    loan_issue(book_id=1, member_id=1)
+    dropped: list[bool] = []
+
+    def meanwhile() -> None:
+        # A commit while the first gathers: its wake-up reaches the second, which
+        # leaves it to the pass being gathered.
+        loan_issue(book_id=2, member_id=2)
+        dropped.append(second.step())
+
+    clock.during_sleep.append(meanwhile)
+    assert first.step() is True
+    assert dropped == [False]
+    copies = 2 * len(subscriptions_for("loan_issued"))
+    assert Delivery.objects.filter(status="done").count() == copies
+    # The mark went with the pass: the next wake-up is gathered again.
+    loan_issue(book_id=3, member_id=3)
+    clock.now += 1.0
+    assert second.step() is True
+    assert Delivery.objects.filter(status="pending").count() == 0
+
+
 def test_drainer_connection_waits_longer_than_it_blocks():
     # BLPOP must end before the client's socket timeout would cut it off.
     client = redis.Redis.from_url(settings.REDIS_URL)

@@ -25,8 +25,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--gather-ms",
             type=float,
-            default=50.0,
-            help="least time between the starts of two passes (default 50)",
+            default=200.0,
+            help="longest wait gathering a lane's next pass, counted from the "
+            "start of its last one (default 200; 0: pass at every wake-up)",
+        )
+        parser.add_argument(
+            "--batch-goal",
+            type=int,
+            default=8,
+            help="commits that end the gathering at once (default 8)",
         )
         parser.add_argument(
             "--block-s",
@@ -43,6 +50,7 @@ class Command(BaseCommand):
             redis=django_rq.get_connection(dispatch.QUEUE),
             block=options["block_s"],
             gather=options["gather_ms"] / 1000,
+            batch_goal=options["batch_goal"],
         )
         self.stdout.write(
             f"drainer {drainer.name} started (gather {options['gather_ms']:g} ms)"
