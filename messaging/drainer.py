@@ -67,7 +67,7 @@ STREAMS_EVERY_S = 0.5
 # The lease a drainer holds on a lane while it gathers the lane's next pass.
 GATHERING = "messaging:gathering"
 # How often a gathering drainer looks at the lane's commit count.
-GATHER_POLL_S = 0.01
+GATHER_POLL_S = 0.02
 
 # How long an announcement lasts: a drainer killed without a goodbye stops being
 # counted (and nudges fall back to rq jobs) this long after its last one.

@@ -115,7 +115,7 @@ def test_a_pass_soon_after_the_last_one_waits_for_the_gather(redis_client):
     dispatch.nudge_drain()
     assert drainer.gather_batch("main") is True
     # Until 0.2 s after the last pass began, not 0.2 s after the wake-up.
-    assert clock.slept == pytest.approx(0.15, abs=0.011)
+    assert clock.slept == pytest.approx(0.15, abs=0.021)
 
 
 def test_a_batch_gathered_early_ends_the_wait(redis_client):
@@ -126,7 +126,7 @@ def test_a_batch_gathered_early_ends_the_wait(redis_client):
     dispatch.nudge_drain()
     clock.during_sleep += [dispatch.nudge_drain, dispatch.nudge_drain]
     assert drainer.gather_batch("main") is True
-    assert clock.slept == pytest.approx(0.01)  # the third commit ended it
+    assert clock.slept == pytest.approx(0.02)  # the third commit ended it
 
 
 @pytest.mark.parametrize("backlog", [False, True])
