@@ -17,7 +17,13 @@ from django.utils import timezone
 from library.models import Book, BookLedger, BranchStock, Notification
 from library.services import loan_issue
 from messaging import registry
-from messaging.models import DeadLetter, Delivery, OutboxMessage, ProcessedMessage
+from messaging.models import (
+    DeadLetter,
+    Delivery,
+    OutboxMessage,
+    PartitionLease,
+    ProcessedMessage,
+)
 from messaging.selectors.dead_letters import dead_letter_rows
 from messaging.services import (
     deliveries_claim,
@@ -258,3 +264,63 @@ def test_a_backlog_drains_in_under_three_statements_per_message(
     # 2.7 here, one of them the projection's UPDATE; 7.9 with a claim of 20 and a
     # query per partition head on every pass.
     assert len(queries.captured_queries) / 200 < 3
+
+
+def _ledger_heads(*keys_and_bodies: tuple[int, dict[str, object] | None]) -> dict:
+    """Publish messages for books in partitions of their own; their ledger copies."""
+    for key, body in keys_and_bodies:
+        if body is None:
+            loan_issue(book_id=key, member_id=1)
+        else:
+            with transaction.atomic():
+                outbox_publish(
+                    type=registry.MessageType.LOAN_ISSUED, key=key, body=body
+                )
+    relay_pending()
+    ledger = Delivery.objects.filter(subscription="book_ledger").order_by("message_id")
+    return {d.pk: d for d in ledger}
+
+
+def test_heads_of_several_partitions_commit_as_one_group(library_rows):
+    # Books 1, 2 and 3: partitions 1, 2 and 3, one fresh head each.
+    copies = _ledger_heads((1, None), (2, None), (3, None))
+    assert len({d.partition for d in copies.values()}) == 3
+    with CaptureQueriesContext(connection) as queries:
+        _turns()
+    rows = Delivery.objects.filter(pk__in=copies)
+    assert {(r.status, r.attempts, r.group_tries) for r in rows} == {("done", 1, 1)}
+    assert sorted(BookLedger.objects.values_list("book_id", flat=True)) == [1, 2, 3]
+    # One lease statement, one claim, one guard INSERT, one release for the three.
+    sql = [q["sql"] for q in queries.captured_queries]
+    guards = [s for s in sql if "processedmessage" in s and s.startswith("INSERT")]
+    assert len(guards) == 1
+    leases = PartitionLease.objects.filter(subscription="book_ledger")
+    assert sorted(leases.values_list("partition", "processed", "owner")) == [
+        (0, 0, ""),
+        (1, 1, ""),
+        (2, 1, ""),
+        (3, 1, ""),
+    ]
+    assert len(sql) <= 18, len(sql)  # 16 here; a turn each took 41 for the three
+
+
+def test_a_group_of_heads_that_fails_is_given_back_and_each_takes_its_turn(
+    library_rows,
+):
+    copies = _ledger_heads((1, None), (2, {"loan": "??"}), (3, None), (1, None))
+    _turns()
+    rows = Delivery.objects.filter(pk__in=copies).select_related("message")
+    states = [
+        (d.message.key, d.status, d.attempts, d.failures)
+        for d in rows.order_by("message_id")
+    ]
+    # Given back as it was (no attempt lost), then one partition at a time: book
+    # 2's bad head waits for its retry alone; book 1 (both, in order) and 3 are done.
+    assert states == [
+        ("1", "done", 1, 0),
+        ("2", "pending", 1, 1),
+        ("3", "done", 1, 0),
+        ("1", "done", 1, 0),
+    ]
+    ledger = list(BookLedger.objects.order_by("message_id").values_list("book_id"))
+    assert ledger == [(1,), (3,), (1,)]
