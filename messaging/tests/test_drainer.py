@@ -7,6 +7,7 @@ SIGKILLed mid-batch and killed by a poison message, is in test_reliability.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -91,7 +92,7 @@ class Clock:
     def __init__(self, now: float = 1000.0) -> None:
         self.now = now
         self.slept = 0.0
-        self.during_sleep: list = []
+        self.during_sleep: list[Callable[[], object]] = []
 
     def __call__(self) -> float:
         return self.now

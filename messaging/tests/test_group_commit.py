@@ -266,7 +266,9 @@ def test_a_backlog_drains_in_under_three_statements_per_message(
     assert len(queries.captured_queries) / 200 < 3
 
 
-def _ledger_heads(*keys_and_bodies: tuple[int, dict[str, object] | None]) -> dict:
+def _ledger_heads(
+    *keys_and_bodies: tuple[int, dict[str, object] | None],
+) -> dict[int, Delivery]:
     """Publish messages for books in partitions of their own; their ledger copies."""
     for key, body in keys_and_bodies:
         if body is None:
