@@ -140,6 +140,11 @@ def test_check_a_solved_answer_on_the_live_system(
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+    # A visitor is invited to sign up; the invitation passes axe too.
+    page.goto(f"{live_site}/course/cache-strategies/")
+    invitation = page.locator("#challenge-half-the-writes [data-challenge-live]")
+    assert "Sign up" in invitation.inner_text()
+    assert panel_violations(page) == []
     page.goto(f"{live_site}/accounts/login/?next=/course/cache-strategies/")
     page.fill("#id_login", "tester")
     page.fill("#id_password", "pw-tester-live-1")
