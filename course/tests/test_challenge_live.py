@@ -357,6 +357,25 @@ def test_without_javascript_the_form_goes_back_to_the_challenge(learner):
     assert JobStatus.objects.filter(params___live=True).count() == 1
 
 
+def test_the_lab_services_quotas_apply_to_a_live_check(learner, settings):
+    _, client = learner
+    solve(client)
+    settings.LAB_RUNS_PER_VISITOR = 1
+    assert client.post(URL, {"action": "live"}, headers=JSON).status_code == 202
+    # The run still waits: a learner's runs in flight are bounded, live checks too.
+    refused = client.post(URL, {"action": "live", "choice": "fresh"}, headers=JSON)
+    assert refused.status_code == 429
+    assert refused["Retry-After"]
+    assert "waiting or running" in refused.json()["error"]
+    assert JobStatus.objects.count() == 1
+    # Without JavaScript the reason is shown in the challenge's live block.
+    page = client.post(URL, {"action": "live", "choice": "fresh"})
+    assert page.status_code == 429
+    block = block_of(page.content.decode())
+    assert "alert-error" in block
+    assert refused.json()["error"] in block
+
+
 def finished_run(user_id: int, tables: dict[str, Any], **job: Any) -> JobStatus:
     """Write a finished live run of the solved answer, as a lab worker leaves it."""
     lab = lab_get(SLUG)
