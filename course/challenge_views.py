@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import TypedDict
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -251,9 +252,37 @@ def _throttled(
 # --- the live check: a solved answer run on the live system --------------------------
 
 
-def _live_state(request: HttpRequest, challenge: Challenge) -> LiveCheck:
+class LiveConditionBody(TypedDict):
+    source: str
+    held: bool
+    said: str
+
+
+class LiveVerdictBody(TypedDict):
+    confirmed: bool
+    headline: str
+    conditions: list[LiveConditionBody]
+    explain: str
+    job: str  # the finished run read
+
+
+class LiveBody(TypedDict):
+    """The live check as JSON: ``html`` is the block, the rest what it says."""
+
+    pending: bool
+    state: str
+    confirmed: bool
+    verdict: LiveVerdictBody | None
+    html: str
+
+
+def _live_state(
+    request: HttpRequest, challenge: Challenge, note: Feedback | None = None
+) -> LiveCheck:
     state = states_of(request, challenge.slug).get(challenge.id, NOT_STARTED)
-    return live_check(request, challenge, state, refusal=live_refusal(request))
+    return live_check(
+        request, challenge, state, refusal=live_refusal(request), note=note
+    )
 
 
 def _live_html(request: HttpRequest, challenge: Challenge, check: LiveCheck) -> str:
@@ -272,15 +301,11 @@ def _live_html(request: HttpRequest, challenge: Challenge, check: LiveCheck) -> 
 
 def _live_body(
     request: HttpRequest, challenge: Challenge, check: LiveCheck
-) -> dict[str, object]:
-    reading = check.reading
-    return {
-        "pending": check.pending is not None,
-        "state": check.pending.state if check.pending is not None else "",
-        "confirmed": check.confirmed,
-        "verdict": None
-        if reading is None
-        else {
+) -> LiveBody:
+    reading, finished = check.reading, check.finished
+    verdict: LiveVerdictBody | None = None
+    if reading is not None and finished is not None:
+        verdict = {
             "confirmed": reading.verdict.confirmed,
             "headline": reading.verdict.headline,
             "conditions": [
@@ -288,8 +313,13 @@ def _live_body(
                 for c in reading.verdict.conditions
             ],
             "explain": reading.explain,
-            "job": str(check.finished.id) if check.finished is not None else "",
-        },
+            "job": str(finished.id),
+        }
+    return {
+        "pending": check.pending is not None,
+        "state": check.pending.state if check.pending is not None else "",
+        "confirmed": check.confirmed,
+        "verdict": verdict,
         "html": _live_html(request, challenge, check),
     }
 
@@ -367,10 +397,7 @@ def _live_answer(
         if note is not None:
             feedback_store(request.session, lesson.slug, challenge.id, note)
         return _back(lesson, challenge)
-    state = states_of(request, lesson.slug).get(challenge.id, NOT_STARTED)
-    check = live_check(
-        request, challenge, state, refusal=live_refusal(request), note=note
-    )
+    check = _live_state(request, challenge, note)
     return JsonResponse(_live_body(request, challenge, check), status=status)
 
 
