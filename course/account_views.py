@@ -46,6 +46,7 @@ def account_home(request: HttpRequest) -> HttpResponse:
             "answers": sum(entry.answered for entry in lessons),
             "questions": sum(entry.questions for entry in lessons),
             "solved": sum(entry.solved for entry in lessons),
+            "confirmed": sum(entry.confirmed for entry in lessons),
             "challenges": sum(len(entry.challenges) for entry in lessons),
             "runs": runs,
             "live_last_hour": sum(1 for spent in usage.last_hour if spent.live),

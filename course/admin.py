@@ -92,9 +92,14 @@ class ChallengeProgressAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ChallengeProgr
         "attempts",
         "hints",
         "solved_at",
+        "live_confirmed_at",
         "updated_at",
     )
-    list_filter = ("slug", ("solved_at", admin.EmptyFieldListFilter))
+    list_filter = (
+        "slug",
+        ("solved_at", admin.EmptyFieldListFilter),
+        ("live_confirmed_at", admin.EmptyFieldListFilter),
+    )
     search_fields = ("user__username", "slug", "challenge")
     date_hierarchy = "updated_at"
     list_select_related = ("user",)

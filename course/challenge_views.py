@@ -1,35 +1,59 @@
-"""A lesson's challenges: check an answer with the lab's model, or open a hint.
+"""A lesson's challenges: check an answer with the lab's model, open a hint, or run
+a solved answer on the live system.
 
 ``POST /course/<slug>/challenges/<id>`` with ``action=answer`` (the default) and the
-challenge's fields (its parameters, or ``answer``), or ``action=hint``. With
-``Accept: application/json`` the answer is JSON; a plain form (no JavaScript) is
-sent back to the lesson at the challenge, its outcome shown there once. An answer
-that cannot be checked is a 400 with the reason.
+challenge's fields (its parameters, or ``answer``), ``action=hint``, or
+``action=live`` (a signed-in learner's solved answer, run live through the lab
+service; ``choice`` as the lab form's). With ``Accept: application/json`` the
+answer is JSON; a plain form (no JavaScript) is sent back to the lesson at the
+challenge, its outcome shown there once. An answer that cannot be checked is a 400
+with the reason. ``GET /course/<slug>/challenges/<id>/live`` is the live check's
+block as JSON, which the page reads while a live run waits or runs.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from typing import TypedDict
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from course.challenges.checker import AnswerError, Verdict
 from course.challenges.grading import (
     ChallengeUnavailable,
     challenge_check,
+    challenge_live_params,
     challenge_text,
 )
-from course.challenges.pages import Feedback, feedback_store, states_of
-from course.challenges.selectors import ChallengeState, state_of_entry
+from course.challenges.pages import (
+    Feedback,
+    LiveCheck,
+    feedback_store,
+    live_check,
+    states_of,
+)
+from course.challenges.selectors import NOT_STARTED, ChallengeState, state_of_entry
 from course.challenges.services import challenge_attempt, challenge_hint
 from course.challenges.spec import Challenge, challenge_get, challenge_ids
+from course.labs.registry import lab_get
 from course.lessons import Lesson, lesson_get
 from course.ratelimits import minute_take
-from course.views import HttpResponseSeeOther, lesson_page, rate_subject
+from course.services.labqueue import Choice, LabRefused, lab_run_request
+from course.services.learners import progress_lab_run
+from course.views import (
+    REFUSAL_STATUS,
+    HttpResponseSeeOther,
+    lesson_page,
+    live_refusal,
+    offer_text,
+    rate_subject,
+    requester_of,
+)
 from course.visitors import session_challenge_note, user_id_of
 
 log = logging.getLogger("course.challenges")
@@ -72,8 +96,12 @@ def course_challenge(
     action = request.POST.get("action", "answer")
     if action == "hint":
         return _hint(request, lesson, challenge)
+    if action == "live":
+        return _live(request, lesson, challenge)
     if action != "answer":
-        return _refuse(request, lesson, challenge, "action must be answer or hint", {})
+        return _refuse(
+            request, lesson, challenge, "action must be answer, hint or live", {}
+        )
     retry = minute_take(
         "challenge", rate_subject(request), settings.LAB_CHALLENGE_ANSWERS_PER_MINUTE
     )
@@ -218,4 +246,195 @@ def _throttled(
         )
         response = lesson_page(request, lesson, status=429)
     response["Retry-After"] = str(retry_s)
+    return response
+
+
+# --- the live check: a solved answer run on the live system --------------------------
+
+
+class LiveConditionBody(TypedDict):
+    source: str
+    held: bool
+    said: str
+
+
+class LiveVerdictBody(TypedDict):
+    confirmed: bool
+    headline: str
+    conditions: list[LiveConditionBody]
+    explain: str
+    job: str  # the finished run read
+
+
+class LiveBody(TypedDict):
+    """The live check as JSON: ``html`` is the block, the rest what it says."""
+
+    pending: bool
+    state: str
+    confirmed: bool
+    verdict: LiveVerdictBody | None
+    html: str
+
+
+def _live_state(
+    request: HttpRequest, challenge: Challenge, note: Feedback | None = None
+) -> LiveCheck:
+    state = states_of(request, challenge.slug).get(challenge.id, NOT_STARTED)
+    return live_check(
+        request, challenge, state, refusal=live_refusal(request), note=note
+    )
+
+
+def _live_html(request: HttpRequest, challenge: Challenge, check: LiveCheck) -> str:
+    return render_to_string(
+        "course/_challenge_live.html",
+        {
+            "c": challenge,
+            "live": check,
+            "post_url": reverse(
+                "course-challenge", args=[challenge.slug, challenge.id]
+            ),
+        },
+        request=request,
+    )
+
+
+def _live_body(
+    request: HttpRequest, challenge: Challenge, check: LiveCheck
+) -> LiveBody:
+    reading, finished = check.reading, check.finished
+    verdict: LiveVerdictBody | None = None
+    if reading is not None and finished is not None:
+        verdict = {
+            "confirmed": reading.verdict.confirmed,
+            "headline": reading.verdict.headline,
+            "conditions": [
+                {"source": c.source, "held": c.held, "said": c.said}
+                for c in reading.verdict.conditions
+            ],
+            "explain": reading.explain,
+            "job": str(finished.id),
+        }
+    return {
+        "pending": check.pending is not None,
+        "state": check.pending.state if check.pending is not None else "",
+        "confirmed": check.confirmed,
+        "verdict": verdict,
+        "html": _live_html(request, challenge, check),
+    }
+
+
+def _live(request: HttpRequest, lesson: Lesson, challenge: Challenge) -> HttpResponse:
+    """Ask for a live run of the learner's solved answer, as the Run button asks
+    for one (``lab_run_request``): the same quotas, fair queue, single flight and
+    sandbox. The run's parameters come from the answer the model accepted, never
+    from the form."""
+    if not challenge.live_checked:
+        return _live_refused(
+            request, lesson, challenge, "this challenge has no live check", 400
+        )
+    refusal = live_refusal(request)
+    if refusal:
+        return _live_refused(request, lesson, challenge, refusal, 403)
+    state = states_of(request, lesson.slug).get(challenge.id, NOT_STARTED)
+    if not state.solved:
+        return _live_refused(
+            request,
+            lesson,
+            challenge,
+            "solve the challenge with the model first: the live system runs the "
+            "answer the model accepted",
+            400,
+        )
+    try:
+        params = challenge_live_params(challenge, state.answer)
+        choice = Choice(request.POST.get("choice", Choice.AUTO))
+    except (AnswerError, ChallengeUnavailable) as error:
+        return _live_refused(request, lesson, challenge, str(error), 400)
+    except ValueError:
+        return _live_refused(
+            request, lesson, challenge, "choice must be auto, fresh or reuse", 400
+        )
+    try:
+        asked = lab_run_request(
+            lab=lab_get(lesson.slug),
+            params=params,
+            requester=requester_of(request),
+            live=True,
+            choice=choice,
+        )
+    except LabRefused as refused:
+        response = _live_refused(
+            request,
+            lesson,
+            challenge,
+            refused.refusal.message,
+            REFUSAL_STATUS[refused.refusal.kind],
+        )
+        if refused.refusal.retry_after_s is not None:
+            response["Retry-After"] = str(refused.refusal.retry_after_s)
+        return response
+    if asked.job is None:
+        assert asked.offer is not None
+        note = Feedback(headline=offer_text(asked.offer), live=True, offer=True)
+        return _live_answer(request, lesson, challenge, note, status=200)
+    user_id = user_id_of(request)
+    assert user_id is not None  # live_refusal lets only accounts through
+    progress_lab_run(user_id=user_id, slug=lesson.slug)
+    return _live_answer(request, lesson, challenge, None, status=202)
+
+
+def _live_answer(
+    request: HttpRequest,
+    lesson: Lesson,
+    challenge: Challenge,
+    note: Feedback | None,
+    *,
+    status: int,
+) -> HttpResponse:
+    """Answer with the live block as it now stands: JSON, or back to the lesson."""
+    if not _wants_json(request):
+        if note is not None:
+            feedback_store(request.session, lesson.slug, challenge.id, note)
+        return _back(lesson, challenge)
+    check = _live_state(request, challenge, note)
+    return JsonResponse(_live_body(request, challenge, check), status=status)
+
+
+def _live_refused(
+    request: HttpRequest,
+    lesson: Lesson,
+    challenge: Challenge,
+    reason: str,
+    status: int,
+) -> HttpResponse:
+    """Answer a live request that made no run: the reason, with its status."""
+    reason = _sentence(reason)
+    if _wants_json(request):
+        body: dict[str, object] = {"error": reason}
+        if user_id_of(request) is None:
+            body["signup_url"] = reverse("account_signup")
+        return JsonResponse(body, status=status)
+    feedback_store(
+        request.session,
+        lesson.slug,
+        challenge.id,
+        Feedback(error=reason, live=True),
+    )
+    return lesson_page(request, lesson, status=status)
+
+
+@require_GET
+def course_challenge_live(
+    request: HttpRequest, slug: str, challenge_id: str
+) -> HttpResponse:
+    """The live check of one challenge for this learner, as JSON: whether a run is
+    still waiting or running, the verdict of the newest finished one, and the
+    block's HTML (the page swaps it in)."""
+    _, challenge = _found(slug, challenge_id)
+    if not challenge.live_checked:
+        raise Http404("This challenge has no live check")
+    check = _live_state(request, challenge)
+    response = JsonResponse(_live_body(request, challenge, check))
+    response["Cache-Control"] = "private, no-store"
     return response

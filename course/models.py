@@ -48,6 +48,9 @@ class ChallengeProgress(models.Model):
     A row appears with the first answer or hint; ``solved_at`` is set by the first
     right answer and kept, with the answer that solved it. ``hints`` is how many
     of the challenge's hints the learner has opened, one at a time.
+    ``live_confirmed_at`` is set the first time a live run of the solved answer
+    met every ``live`` condition of the challenge, ``live_run`` naming that run
+    (an id only: the run may be deleted, the confirmation stays).
     """
 
     user = models.ForeignKey(
@@ -61,6 +64,8 @@ class ChallengeProgress(models.Model):
     hints = models.PositiveSmallIntegerField(default=0)
     solved_at = models.DateTimeField(null=True, blank=True)
     answer = models.JSONField(default=dict, blank=True)
+    live_confirmed_at = models.DateTimeField(null=True, blank=True)
+    live_run = models.UUIDField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

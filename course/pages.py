@@ -39,6 +39,11 @@ class LessonEntry:
     def solved(self) -> int:
         return self.progress.solved_of(self.challenges)
 
+    @property
+    def confirmed(self) -> int:
+        """Challenges whose solved answer a live run confirmed."""
+        return self.progress.confirmed_of(self.challenges)
+
 
 @dataclass(frozen=True)
 class AreaEntry:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from django.db.models import Max, Sum
 
 from course.challenges.selectors import (
+    challenges_confirmed_by_slug,
     challenges_solved,
     challenges_solved_by_slug,
     session_solved,
@@ -37,12 +38,17 @@ class ProgressView:
     answered: frozenset[int]
     # The ids of the lesson's challenges the learner has solved.
     solved: frozenset[str] = frozenset()
+    # ... and of those a live run of the solved answer confirmed (accounts only).
+    confirmed: frozenset[str] = frozenset()
 
     def answered_of(self, total: int) -> int:
         return len({n for n in self.answered if 0 <= n < total})
 
     def solved_of(self, ids: Iterable[str]) -> int:
         return len(self.solved.intersection(ids))
+
+    def confirmed_of(self, ids: Iterable[str]) -> int:
+        return len(self.confirmed.intersection(ids))
 
 
 NO_PROGRESS = ProgressView(read=False, lab_runs=0, answered=frozenset())
@@ -53,17 +59,20 @@ def progress_by_slug(*, user_id: int | None) -> dict[str, ProgressView]:
     if user_id is None:
         return {}
     solved = challenges_solved_by_slug(user_id=user_id)
+    confirmed = challenges_confirmed_by_slug(user_id=user_id)
     views = {
         row.slug: ProgressView(
             read=row.read_at is not None,
             lab_runs=row.lab_runs,
             answered=frozenset(n for n in row.answered if isinstance(n, int)),
             solved=solved.get(row.slug, frozenset()),
+            confirmed=confirmed.get(row.slug, frozenset()),
         )
         for row in LessonProgress.objects.filter(user_id=user_id)
     }
     for slug, ids in solved.items():
-        views.setdefault(slug, replace(NO_PROGRESS, solved=ids))
+        kept = confirmed.get(slug, frozenset())
+        views.setdefault(slug, replace(NO_PROGRESS, solved=ids, confirmed=kept))
     return views
 
 

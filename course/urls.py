@@ -19,6 +19,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
         name="course-challenge",
     ),
     path(
+        "<slug:slug>/challenges/<slug:challenge_id>/live",
+        challenge_views.course_challenge_live,
+        name="course-challenge-live",
+    ),
+    path(
         "<slug:slug>/runs/<uuid:job_id>/explained",
         views.course_run_explained,
         name="course-run-explained",

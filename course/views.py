@@ -144,7 +144,7 @@ def _progress_on(request: HttpRequest, slug: str) -> ProgressView:
     return _progress_by_slug(request).get(slug, NO_PROGRESS)
 
 
-def _requester(request: HttpRequest) -> Requester:
+def requester_of(request: HttpRequest) -> Requester:
     return Requester(
         visitor=visitor_of(request, create=True),
         client=client_digest(client_address(request)),
@@ -243,7 +243,9 @@ def _render_lesson(
             "joined": job_joined,
             "share_url": share.get("url", ""),
             "predict": predict,
-            "challenges": challenge_panel(request, lesson.slug),
+            "challenges": challenge_panel(
+                request, lesson.slug, live_refusal=live_refusal(request)
+            ),
             # The shared page's forms get a placeholder, replaced per answer
             # (``lesson_cache``); the context processor's token otherwise.
             **({"csrf_token": csrf_placeholder} if csrf_placeholder else {}),
@@ -287,7 +289,7 @@ def _lab_form(
 ) -> LabForm:
     prompt = text.predict.prompt if text is not None and text.predict else ""
     return LabForm(
-        lab, live_refusal=_live_refusal(request), predict_prompt=prompt, **kwargs
+        lab, live_refusal=live_refusal(request), predict_prompt=prompt, **kwargs
     )
 
 
@@ -303,7 +305,7 @@ def _initial(lab: Lab[Any], stored: object) -> dict[str, object]:
     return initial
 
 
-def _live_refusal(request: HttpRequest) -> str:
+def live_refusal(request: HttpRequest) -> str:
     """Return why this user may not run live parts ("" when they may)."""
     limits = requester_limits(Requester(visitor="", client="", user=request.user))
     if not limits.signed_in:
@@ -331,7 +333,7 @@ def course_lesson(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 # How each refusal reaches the client: status, and whether a retry later helps.
-_REFUSAL_STATUS = {
+REFUSAL_STATUS = {
     RefusalKind.NEEDS_ACCOUNT: 403,
     RefusalKind.WITHDRAWN: 403,
     RefusalKind.TOO_HEAVY: 400,
@@ -359,7 +361,7 @@ def course_lab_run(request: HttpRequest, slug: str) -> HttpResponse:
         asked = lab_run_request(
             lab=lab,
             params=form.params,
-            requester=_requester(request),
+            requester=requester_of(request),
             live=form.live,
             prediction=form.prediction,
             choice=form.choice,
@@ -381,7 +383,7 @@ def _refused(
 ) -> HttpResponse:
     """Answer a refusal: why, and when a retry helps (Retry-After)."""
     refusal = refused.refusal
-    status = _REFUSAL_STATUS[refusal.kind]
+    status = REFUSAL_STATUS[refusal.kind]
     if _wants_json(request):
         body: dict[str, object] = {
             "error": refusal.message,
@@ -411,14 +413,14 @@ def _offered(
                     "finished_at": offer.finished_at.isoformat()
                     if offer.finished_at
                     else None,
-                    "message": _offer_text(offer),
+                    "message": offer_text(offer),
                 }
             }
         )
     return _render_lesson(request, lesson, lab, form, offer=offer)
 
 
-def _offer_text(offer: JobStatus) -> str:
+def offer_text(offer: JobStatus) -> str:
     when = offer.finished_at.strftime("%H:%M:%S UTC") if offer.finished_at else ""
     return (
         f"A live run with exactly these parameters finished at {when}. Take its "
@@ -619,7 +621,7 @@ def _explore_refused(refusal: Refusal) -> HttpResponse:
     body: dict[str, object] = {"error": refusal.message, "refusal": str(refusal.kind)}
     if refusal.kind is RefusalKind.NEEDS_ACCOUNT:
         body["signup_url"] = reverse("account_signup")
-    response = _unstored(JsonResponse(body, status=_REFUSAL_STATUS[refusal.kind]))
+    response = _unstored(JsonResponse(body, status=REFUSAL_STATUS[refusal.kind]))
     patch_vary_headers(response, ["Cookie"])  # the answer depends on who asks
     return response
 

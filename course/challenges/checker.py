@@ -94,9 +94,11 @@ def challenge_params(
     return params
 
 
-def run_context(lab: Lab[Any] | None, params: Params, runner: Runner) -> Context:
-    """Return one run of the model as expressions see it, able to run again with
-    some parameters changed (``cell@name=value``)."""
+def model_rerun(
+    lab: Lab[Any] | None, params: Params, runner: Runner
+) -> Callable[[Mapping[str, str]], Tables]:
+    """Return how a cell written ``cell@name=value`` is read: from the model run
+    with those parameters changed from ``params``."""
 
     def rerun(changes: Mapping[str, str]) -> Tables:
         if lab is None:
@@ -109,10 +111,17 @@ def run_context(lab: Lab[Any] | None, params: Params, runner: Runner) -> Context
         except LabError as error:
             raise ExprError(str(error)) from None
 
-    return Context(params, runner(params), rerun)
+    return rerun
 
 
-def _holds(condition: Parsed, context: Context) -> bool:
+def run_context(lab: Lab[Any] | None, params: Params, runner: Runner) -> Context:
+    """Return one run of the model as expressions see it, able to run again with
+    some parameters changed (``cell@name=value``)."""
+    return Context(params, runner(params), model_rerun(lab, params, runner))
+
+
+def condition_holds(condition: Parsed, context: Context) -> bool:
+    """Return whether ``condition`` holds on the run (an empty cell: it does not)."""
     try:
         return bool(evaluate(condition, context))
     except NoValue:
@@ -153,7 +162,7 @@ def params_verdict(
     failed = [
         describe(condition, context)
         for condition in challenge.require
-        if not _holds(condition, context)
+        if not condition_holds(condition, context)
     ]
     note = explain(context.tables)
     if failed:
@@ -212,10 +221,12 @@ def search_best(challenge: Challenge, lab: Lab[Any], runner: Runner) -> Best | N
             continue
         # Conditions on the parameters alone rule a choice out without a run.
         bare = Context(params, {})
-        if not all(_holds(c, bare) for c in challenge.require if not c.cells):
+        if not all(condition_holds(c, bare) for c in challenge.require if not c.cells):
             continue
         context = run_context(lab, params, runner)
-        if not all(_holds(condition, context) for condition in challenge.require):
+        if not all(
+            condition_holds(condition, context) for condition in challenge.require
+        ):
             continue
         value = _objective(challenge, context)
         if best is None or _better(challenge.direction, value, best.value):

@@ -29,9 +29,11 @@ from course.challenges.checker import (
     tolerance_of,
 )
 from course.challenges.expr import ExprError, number_text
+from course.challenges.live import LiveVerdict, live_context, live_verdict
 from course.challenges.spec import Challenge, lesson_challenges, lesson_mtime
 from course.labs.harness.base import Lab, LabError, Params, Tables
 from course.labs.registry import lab_get
+from course.policies import run_fingerprint
 from course.textbook import default_tables, model_tables
 from course.textbook import placeholders_fill as _fill
 
@@ -146,6 +148,40 @@ def challenge_check(challenge: Challenge, submitted: Mapping[str, str]) -> Verdi
         )
     except (ExprError, LabError) as error:
         raise ChallengeUnavailable(str(error)) from None
+
+
+def challenge_live_params(challenge: Challenge, answer: Mapping[str, str]) -> Params:
+    """Return the run a live check of ``answer`` asks for: the parameters the
+    model checked it with, as the lab service stores them. Raise AnswerError for an
+    answer the model would not check (the lab changed since it was solved)."""
+    lab = _lab(challenge)
+    return lab.validate(challenge_params(challenge, lab, answer))
+
+
+def live_fingerprint(challenge: Challenge, params: Params) -> str:
+    """Return the fingerprint of a live run of ``params`` (``LabRun.fingerprint``)."""
+    return run_fingerprint(challenge.slug, params, live=True)
+
+
+@dataclass(frozen=True)
+class LiveReading:
+    """A finished live run read against a challenge: the verdict and its text."""
+
+    verdict: LiveVerdict
+    # ``live_explain`` filled from the run's own tables and parameters.
+    explain: str
+
+
+def challenge_live_read(
+    challenge: Challenge, params: Params, tables: Tables
+) -> LiveReading:
+    """Evaluate the challenge's live conditions on a finished run's tables."""
+    lab = _lab(challenge)
+    context = live_context(lab, params, tables, model_runner(lab))
+    return LiveReading(
+        live_verdict(challenge, context),
+        fill(challenge.live_explain, tables, lab, params),
+    )
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,46 @@
-"""What the lesson page shows of its challenges: the cards, the learner's state, and
-the outcome of the answer just sent (kept in the session for one page view when
-the form was sent without JavaScript)."""
+"""What the lesson page shows of its challenges: the cards, the learner's state, the
+check of a solved answer on the live system, and the outcome of the request just
+sent (kept in the session for one page view when the form was sent without
+JavaScript)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.contrib.sessions.backends.base import SessionBase
 from django.http import HttpRequest
 from django.urls import reverse
 
-from course.challenges.grading import ChallengeText, lesson_challenge_texts
+from course.challenges.checker import AnswerError
+from course.challenges.grading import (
+    ChallengeText,
+    ChallengeUnavailable,
+    LiveReading,
+    challenge_live_params,
+    challenge_live_read,
+    lesson_challenge_texts,
+    live_fingerprint,
+)
+from course.challenges.live import run_tables
 from course.challenges.selectors import (
+    NO_LIVE_RUNS,
     NOT_STARTED,
     ChallengeState,
     challenge_states,
+    live_runs_of,
     session_states,
 )
+from course.challenges.services import challenge_live_confirm
+from course.challenges.spec import Challenge
+from course.labs.harness.base import LabError, Params
 from course.lessons import lesson_get
-from course.visitors import session_progress, user_id_of
+from course.visitors import session_progress, user_id_of, visitor_of
+from jobs.models import JobStatus
+
+log = logging.getLogger("course.challenges")
 
 FEEDBACK_KEY = "challenge_feedback"
 
@@ -35,6 +55,9 @@ class Feedback:
     error: str = ""
     # The values the learner sent, put back in the form.
     values: Mapping[str, str] = field(default_factory=dict)
+    # About the live check (a refusal, or an identical run offered), not the answer.
+    live: bool = False
+    offer: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,48 @@ class Field:
 
 
 @dataclass(frozen=True)
+class LiveCheck:
+    """A challenge's check on the live system, as this learner sees it.
+
+    ``pending`` is the learner's newest live run of their solved answer still
+    waiting or running, ``finished`` the newest that finished, and ``reading``
+    what that one showed (when it finished done). All are None for a learner who
+    has not asked yet, and for anyone not signed in.
+    """
+
+    signed_in: bool
+    # Why this learner may not ask for a live run ("" when they may).
+    refusal: str
+    solved: bool
+    # The solved answer the live run takes, (parameter, value) as typed.
+    answer: tuple[tuple[str, str], ...]
+    # A live run met every live condition once: kept on the account.
+    confirmed: bool
+    # The JSON of this block, which the page reads while a run is pending.
+    url: str
+    pending: JobStatus | None = None
+    finished: JobStatus | None = None
+    reading: LiveReading | None = None
+    # The finished run on the lesson page (its tables, beside the model's).
+    run_url: str = ""
+    # The outcome of the last request for a run, shown once (sent without JS).
+    note: Feedback | None = None
+    # The solved answer no longer makes a run (the lab changed): why.
+    unavailable: str = ""
+
+    @property
+    def offered(self) -> bool:
+        """Whether the page offers "Check it on the live system" now."""
+        return (
+            self.signed_in
+            and not self.refusal
+            and self.solved
+            and not self.unavailable
+            and self.pending is None
+        )
+
+
+@dataclass(frozen=True)
 class ChallengeCard:
     text: ChallengeText
     state: ChallengeState
@@ -52,6 +117,7 @@ class ChallengeCard:
     fields: tuple[Field, ...]
     feedback: Feedback | None
     lessons: tuple[tuple[str, str], ...]  # (title, url) for the debrief
+    live: LiveCheck | None = None
 
     @property
     def challenge_id(self) -> str:
@@ -101,6 +167,8 @@ def feedback_store(session: SessionBase, slug: str, cid: str, found: Feedback) -
         "details": list(found.details),
         "error": found.error,
         "values": dict(found.values),
+        "live": found.live,
+        "offer": found.offer,
     }
 
 
@@ -119,6 +187,8 @@ def _feedback_take(session: SessionBase, slug: str) -> tuple[str, Feedback] | No
         values={str(k): str(v) for k, v in values.items()}
         if isinstance(values, dict)
         else {},
+        live=raw.get("live") is True,
+        offer=raw.get("offer") is True,
     )
 
 
@@ -131,8 +201,79 @@ def states_of(request: HttpRequest, slug: str) -> dict[str, ChallengeState]:
     return session_states(entry)
 
 
-def challenge_panel(request: HttpRequest, slug: str) -> ChallengePanel:
-    """Return the lesson's challenges as the page shows them to this learner."""
+def live_check(
+    request: HttpRequest,
+    challenge: Challenge,
+    state: ChallengeState,
+    *,
+    refusal: str,
+    note: Feedback | None = None,
+) -> LiveCheck:
+    """Return the live check of one challenge for this learner, who may run live
+    parts unless ``refusal`` says why not (``course.views.live_refusal``: the lab
+    service's own rule).
+
+    The verdict is worked out here, from the finished run's stored tables, each
+    time the page is shown; the first run that meets every condition is recorded
+    on the learner's challenge (``challenge_live_confirm``), so the account page
+    can say so without reading runs.
+    """
+    user_id = user_id_of(request)
+    url = reverse("course-challenge-live", args=[challenge.slug, challenge.id])
+    check = LiveCheck(
+        signed_in=user_id is not None,
+        refusal=refusal,
+        solved=state.solved,
+        answer=tuple(state.answer.items()),
+        confirmed=state.live_confirmed,
+        url=url,
+        note=note,
+    )
+    if user_id is None or not state.solved:
+        return check
+    try:
+        params = challenge_live_params(challenge, state.answer)
+    except (AnswerError, ChallengeUnavailable, LabError) as error:
+        return replace(check, unavailable=str(error))
+    fingerprint = live_fingerprint(challenge, params)
+    runs = live_runs_of(
+        visitor=visitor_of(request), slug=challenge.slug, fingerprints=[fingerprint]
+    ).get(fingerprint, NO_LIVE_RUNS)
+    check = replace(check, pending=runs.pending, finished=runs.finished)
+    finished = runs.finished
+    if finished is None or finished.state != JobStatus.State.DONE:
+        return check
+    reading = _reading(challenge, params, finished)
+    lesson = reverse("course-lesson", args=[challenge.slug])
+    check = replace(
+        check, reading=reading, run_url=f"{lesson}?job={finished.id}#lab-results"
+    )
+    if reading is not None and reading.verdict.confirmed and not state.live_confirmed:
+        challenge_live_confirm(
+            user_id=user_id,
+            slug=challenge.slug,
+            challenge=challenge.id,
+            job_id=finished.id,
+        )
+        check = replace(check, confirmed=True)
+    return check
+
+
+def _reading(
+    challenge: Challenge, params: Params, job: JobStatus
+) -> LiveReading | None:
+    try:
+        return challenge_live_read(challenge, params, run_tables(job.result))
+    except (ChallengeUnavailable, LabError) as error:
+        log.error("live check %s/%s: %s", challenge.slug, challenge.id, error)
+        return None
+
+
+def challenge_panel(
+    request: HttpRequest, slug: str, *, live_refusal: str
+) -> ChallengePanel:
+    """Return the lesson's challenges as the page shows them to this learner, who
+    may run live parts unless ``live_refusal`` says why not."""
     texts = lesson_challenge_texts(slug)
     if not texts:
         return ChallengePanel(())
@@ -143,6 +284,14 @@ def challenge_panel(request: HttpRequest, slug: str) -> ChallengePanel:
         cid = text.challenge.id
         state = states.get(cid, NOT_STARTED)
         feedback = taken[1] if taken is not None and taken[0] == cid else None
+        note = feedback if feedback is not None and feedback.live else None
+        if note is not None:
+            feedback = None
+        live = (
+            live_check(request, text.challenge, state, refusal=live_refusal, note=note)
+            if text.challenge.live_checked
+            else None
+        )
         shown = feedback.values if feedback is not None else state.answer
         cards.append(
             ChallengeCard(
@@ -159,6 +308,7 @@ def challenge_panel(request: HttpRequest, slug: str) -> ChallengePanel:
                     for other in text.challenge.lessons
                     if (lesson := lesson_get(other)) is not None
                 ),
+                live=live,
             )
         )
     return ChallengePanel(tuple(cards))

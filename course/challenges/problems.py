@@ -5,7 +5,8 @@ its reference answer (``solution`` or ``answer``) passes the checker and its wro
 one (``wrong``) fails, the form as it opens does not already pass, a ``minimise``
 or ``maximise`` search stays small and finds the reference answer's objective, and
 nothing a learner reads before solving prints the lesson's predicted figure or the
-challenge's own answer.
+challenge's own answer. Its ``live`` conditions are proven on the recorded live
+runs of the solution and the wrong answer (``course.challenges.recorded``).
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ from course.challenges.checker import (
     search_choices,
     search_size,
 )
-from course.challenges.expr import CELL, ExprError, NoValue, evaluate
+from course.challenges.expr import CELL, Context, ExprError, NoValue, evaluate
 from course.challenges.grading import (
     ChallengeUnavailable,
     challenge_check,
     model_runner,
     params_fill,
 )
+from course.challenges.live import live_context, live_verdict
+from course.challenges.recorded import RecordedRun, Recording, recordings_of
 from course.challenges.spec import SEARCH_LIMIT, Challenge, lesson_challenges
 from course.labs.harness.base import Lab, LabError, Tables
 from course.labs.registry import lab_get
@@ -39,6 +42,7 @@ from course.textbook import (
     LessonText,
     cell_text,
     default_tables,
+    model_tables,
     placeholders_fill,
     table_cell,
 )
@@ -199,6 +203,84 @@ def _number_proof(challenge: Challenge, lab: Lab[Any]) -> list[str]:
     return problems
 
 
+def _recorded_context(
+    challenge: Challenge, lab: Lab[Any], answer: dict[str, str], run: RecordedRun
+) -> Context | str:
+    """Return a recorded run as a live check reads it (the model's tables for its
+    parameters beside the recorded live ones), or why it cannot stand for
+    ``answer`` any more."""
+    try:
+        params = lab.resolve({**challenge.settings, **answer})
+        recorded = lab.validate(run.params)
+    except LabError as error:
+        return str(error)
+    if recorded != params:
+        return "its parameters are not the answer's any more"
+    if reason := lab.live_refusal(params):
+        return f"the live part refuses it: {reason}"
+    tables = {**model_tables(lab, params), **run.tables}
+    return live_context(lab, params, tables, model_runner(lab))
+
+
+def _live_proof(challenge: Challenge, lab: Lab[Any]) -> list[str]:
+    """The live conditions name what a real live run produced, hold on the recorded
+    run of the solution and fail on the recorded run of the wrong answer."""
+    again = f"record it again: manage.py challenge_live_record {challenge.slug}"
+    try:
+        recording: Recording | None = recordings_of(challenge.slug).get(challenge.id)
+    except ValueError as error:
+        return [f"live: the recorded runs do not read: {error}"]
+    if recording is None:
+        return [f"live: no recorded live run; {again} {challenge.id}"]
+    problems: list[str] = []
+    for what, answer, run in (
+        ("solution", challenge.solution, recording.solution),
+        ("wrong", challenge.wrong, recording.wrong),
+    ):
+        context = _recorded_context(challenge, lab, answer, run)
+        if isinstance(context, str):
+            problems.append(f"live: the recorded run of the {what}: {context}; {again}")
+            continue
+        if what == "solution":
+            problems += _live_references(challenge, lab, context)
+            if problems:
+                return problems
+        verdict = live_verdict(challenge, context)
+        if what == "solution" and not verdict.confirmed:
+            missed = [c.said for c in verdict.conditions if not c.held]
+            problems.append(
+                "live: the recorded run of the solution misses: " + "; ".join(missed)
+            )
+        if what == "wrong" and verdict.confirmed:
+            problems.append(
+                "live: the recorded run of the wrong answer meets every live "
+                "condition: the live check refuses nothing"
+            )
+    return problems
+
+
+def _live_references(
+    challenge: Challenge, lab: Lab[Any], context: Context
+) -> list[str]:
+    problems: list[str] = []
+    for condition in challenge.live:
+        try:
+            evaluate(condition, context)
+        except NoValue:
+            pass  # an empty cell: reported as a miss by the verdict
+        except ExprError as error:
+            problems.append(f"live {condition.source!r}: {error}")
+    found: list[str] = []
+    placeholders_fill(
+        params_fill(challenge.live_explain, lab, context.params),
+        context.tables,
+        lab,
+        found,
+    )
+    problems += [f"live_explain: {p}" for p in found]
+    return problems
+
+
 def _predicted(text: LessonText | None, tables: Tables) -> str:
     if text is None or text.predict is None:
         return ""
@@ -299,6 +381,8 @@ def challenge_problems(slug: str, text: LessonText | None) -> list[str]:
                 else _params_proof(challenge, lab)
             )
             found += proof
+            if challenge.live_checked:
+                found += _live_proof(challenge, lab)
         text_problems, shown = _texts(challenge, lab, tables)
         found += text_problems
         found += _giveaways(challenge, lab, shown, predicted)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from course.models import ChallengeProgress
+from course.models import ChallengeProgress, LabRun
 from course.visitors import challenge_entries
+from jobs.models import JobStatus
+
+# How many of a learner's newest live runs of one lesson are read for the page's
+# live checks: enough for every challenge's latest pair, however many reruns.
+LIVE_RUNS_READ = 50
 
 
 @dataclass(frozen=True)
@@ -19,6 +24,8 @@ class ChallengeState:
     hints: int = 0
     solved: bool = False
     answer: Mapping[str, str] = field(default_factory=dict)
+    # A live run of the solved answer met every live condition (accounts only).
+    live_confirmed: bool = False
 
 
 NOT_STARTED = ChallengeState()
@@ -62,6 +69,7 @@ def challenge_states(*, user_id: int, slug: str) -> dict[str, ChallengeState]:
             hints=row.hints,
             solved=row.solved_at is not None,
             answer=_answer(row.answer),
+            live_confirmed=row.live_confirmed_at is not None,
         )
         for row in ChallengeProgress.objects.filter(user_id=user_id, slug=slug)
     }
@@ -84,3 +92,55 @@ def challenges_solved_by_slug(*, user_id: int) -> dict[str, frozenset[str]]:
     ).values_list("slug", "challenge"):
         found[slug].add(challenge)
     return {slug: frozenset(ids) for slug, ids in found.items()}
+
+
+def challenges_confirmed_by_slug(*, user_id: int) -> dict[str, frozenset[str]]:
+    """Return the ids of the challenges a live run confirmed, per lesson."""
+    found: defaultdict[str, set[str]] = defaultdict(set)
+    for slug, challenge in ChallengeProgress.objects.filter(
+        user_id=user_id, live_confirmed_at__isnull=False
+    ).values_list("slug", "challenge"):
+        found[slug].add(challenge)
+    return {slug: frozenset(ids) for slug, ids in found.items()}
+
+
+@dataclass(frozen=True)
+class LiveRuns:
+    """A learner's live runs of one parameter set: the newest still waiting or
+    running, and the newest that finished (either may be None)."""
+
+    pending: JobStatus | None = None
+    finished: JobStatus | None = None
+
+
+NO_LIVE_RUNS = LiveRuns()
+
+
+def live_runs_of(
+    *, visitor: str, slug: str, fingerprints: Collection[str]
+) -> dict[str, LiveRuns]:
+    """Return the learner's live runs of ``slug`` per fingerprint asked for.
+
+    A fingerprint names the lab, every parameter and the live part
+    (``course.policies.run_fingerprint``), so a run found here ran exactly those
+    settings, whichever page asked for it.
+    """
+    if not visitor or not fingerprints:
+        return {}
+    found: dict[str, LiveRuns] = {}
+    rows = (
+        LabRun.objects.filter(
+            visitor=visitor, slug=slug, live=True, fingerprint__in=list(fingerprints)
+        )
+        .select_related("job")
+        .order_by("-created_at")[:LIVE_RUNS_READ]
+    )
+    for run in rows:
+        runs = found.get(run.fingerprint, NO_LIVE_RUNS)
+        if run.job.is_finished:
+            if runs.finished is None:
+                runs = replace(runs, finished=run.job)
+        elif runs.pending is None:
+            runs = replace(runs, pending=run.job)
+        found[run.fingerprint] = runs
+    return found

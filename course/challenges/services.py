@@ -8,6 +8,7 @@ sign-in through :func:`challenges_adopt`.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,7 @@ def _state(row: ChallengeProgress) -> ChallengeState:
         hints=row.hints,
         solved=row.solved_at is not None,
         answer={str(k): str(v) for k, v in answer.items()},
+        live_confirmed=row.live_confirmed_at is not None,
     )
 
 
@@ -69,6 +71,27 @@ def challenge_hint(
             row.hints += 1
             row.save(update_fields=["hints", "updated_at"])
         return _state(row)
+
+
+def challenge_live_confirm(
+    *, user_id: int, slug: str, challenge: str, job_id: uuid.UUID
+) -> bool:
+    """Record that live run ``job_id`` met every live condition of the learner's
+    solved challenge; return whether this call recorded it.
+
+    Only the first confirming run is kept: the update is a compare-and-set on the
+    empty field, so two page views seeing the same finished run record it once.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        updated = ChallengeProgress.objects.filter(
+            user_id=user_id,
+            slug=slug,
+            challenge=challenge,
+            solved_at__isnull=False,
+            live_confirmed_at__isnull=True,
+        ).update(live_confirmed_at=now, live_run=job_id, updated_at=now)
+    return updated == 1
 
 
 def challenges_adopt(*, user_id: int, progress: Mapping[str, Mapping[str, Any]]) -> int:

@@ -18,6 +18,8 @@ from course.textbook import CONTENT_DIR
 
 Kind = Literal["params", "number"]
 Direction = Literal["min", "max", ""]
+# The live part's tables are named after the model's, with this prefix.
+LIVE_PREFIX = "live_"
 ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,58}$")
 _FRONT = re.compile(r"\A\+\+\+\n(.*?)^\+\+\+\n", re.DOTALL | re.MULTILINE)
 # The most model runs a "minimise"/"maximise" search may cost (all of them cached).
@@ -56,6 +58,10 @@ class Challenge:
     unit: str = ""
     answer: float | None = None
     wrong_answer: float | None = None
+    # params: what a live run of a solved answer must show (signed-in learners), and
+    # the text shown with its figures; placeholders read that run's tables.
+    live: tuple[Parsed, ...] = ()
+    live_explain: str = ""
     problems: tuple[str, ...] = ()
 
     @property
@@ -65,6 +71,11 @@ class Challenge:
     @property
     def usable(self) -> bool:
         return not self.problems
+
+    @property
+    def live_checked(self) -> bool:
+        """Whether a solved answer can be checked on the live system."""
+        return self.kind == "params" and bool(self.live)
 
 
 def value_text(value: object) -> str:
@@ -115,6 +126,15 @@ def _parsed(raw: object, what: str, problems: list[str]) -> Parsed | None:
     except ExprError as error:
         problems.append(f"{what}: {error}")
         return None
+
+
+def _conditions(raw: object, what: str, problems: list[str]) -> list[Parsed]:
+    found: list[Parsed] = []
+    for index, condition in enumerate(_texts(raw), start=1):
+        parsed = _parsed(condition, f"{what} {index}", problems)
+        if parsed is not None:
+            found.append(parsed)
+    return found
 
 
 def _search(raw: object, problems: list[str]) -> dict[str, tuple[str, ...]]:
@@ -168,11 +188,8 @@ def challenge_read(slug: str, raw: dict[str, Any], number: int) -> Challenge:
     direction: Direction = (
         "min" if minimise is not None else "max" if maximise is not None else ""
     )
-    require: list[Parsed] = []
-    for index, condition in enumerate(_texts(raw.get("require")), start=1):
-        found = _parsed(condition, f"require {index}", problems)
-        if found is not None:
-            require.append(found)
+    require = _conditions(raw.get("require"), "require", problems)
+    live = _conditions(raw.get("live"), "live", problems)
     challenge = Challenge(
         slug=slug,
         id=cid,
@@ -200,6 +217,8 @@ def challenge_read(slug: str, raw: dict[str, Any], number: int) -> Challenge:
         wrong_answer=_number(raw.get("wrong"), "wrong", problems)
         if kind == "number"
         else None,
+        live=tuple(live),
+        live_explain=_text(raw.get("live_explain")),
     )
     problems += _shape(challenge, raw)
     return _with_problems(challenge, problems)
@@ -230,6 +249,7 @@ def _shape(challenge: Challenge, raw: dict[str, Any]) -> list[str]:
                 problems.append(f'{name} is for kind = "number"')
         if challenge.direction and not challenge.search:
             problems.append("minimise/maximise needs search = {...}")
+        problems += _live_shape(challenge, raw)
     else:
         if challenge.value is None:
             problems.append('no value = "...": the figure the answer is checked on')
@@ -237,9 +257,31 @@ def _shape(challenge: Challenge, raw: dict[str, Any]) -> list[str]:
             problems.append("no answer = ...: the reference answer")
         if challenge.wrong_answer is None:
             problems.append("no wrong = ...: a number that must be refused")
-        for name in ("change", "require", "minimise", "maximise", "search"):
+        for name in (
+            "change",
+            "require",
+            "minimise",
+            "maximise",
+            "search",
+            "live",
+            "live_explain",
+        ):
             if name in raw:
                 problems.append(f'{name} is for kind = "params"')
+    return problems
+
+
+def _live_shape(challenge: Challenge, raw: dict[str, Any]) -> list[str]:
+    """A live condition reads the live run: it names at least one ``live_`` table
+    (one on the model's tables alone was proven already by ``require``)."""
+    problems = [
+        f"live {index}: {condition.source!r} names no {LIVE_PREFIX}… table; "
+        "a live condition reads what the live part measured"
+        for index, condition in enumerate(challenge.live, start=1)
+        if not any(cell.table.startswith(LIVE_PREFIX) for cell in condition.cells)
+    ]
+    if "live_explain" in raw and not challenge.live:
+        problems.append("live_explain without live = [...]: nothing to explain")
     return problems
 
 

@@ -122,3 +122,64 @@ def test_the_challenges_panel_passes_axe(live_site, browser):  # noqa: F811
     phone = browser.new_page(viewport={"width": 390, "height": 844})
     phone.goto(f"{live_site}/course/worker-processes/")
     assert panel_violations(phone) == []
+
+
+@needs_axe
+def test_check_a_solved_answer_on_the_live_system(
+    live_site,  # noqa: F811
+    browser,
+    monkeypatch,
+):
+    """Sign in, solve a challenge, press "Check it on the live system": the lab
+    worker runs the live part in its sandbox and the verdict replaces the waiting
+    line without a reload; the block passes axe and fits a phone."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("tester", password="pw-tester-live-1")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    # A visitor is invited to sign up; the invitation passes axe too.
+    page.goto(f"{live_site}/course/cache-strategies/")
+    invitation = page.locator("#challenge-half-the-writes [data-challenge-live]")
+    assert "Sign up" in invitation.inner_text()
+    assert panel_violations(page) == []
+    page.goto(f"{live_site}/accounts/login/?next=/course/cache-strategies/")
+    page.fill("#id_login", "tester")
+    page.fill("#id_password", "pw-tester-live-1")
+    page.click("form.form button.btn-primary")
+    page.wait_for_url("**/course/cache-strategies/")
+
+    card = page.locator("#challenge-half-the-writes")
+    live = card.locator("[data-challenge-live]")
+    assert "Once the model accepts your answer" in live.inner_text()
+    card.locator("input[name=flush_every]").fill("19")
+    card.locator("[data-challenge-check]").click()
+    card.locator("[data-challenge-debrief] strong").wait_for()
+    # The button comes with the page once solved.
+    page.reload()
+    button = card.locator("[data-challenge-live-run]")
+    assert button.inner_text() == "Check it on the live system"
+    button.click()
+    card.locator("[data-live-state]").wait_for()
+    assert "Your live run" in card.locator("[data-live-state]").inner_text()
+    card.locator("[data-live-verdict]").wait_for(timeout=180_000)
+    verdict = card.locator("[data-live-verdict]").inner_text()
+    assert "Confirmed on the live system" in verdict, verdict
+    assert "live_strategies[write-behind].origin_writes * 2 is" in verdict
+    assert card.locator("[data-live-confirmed]").is_visible()
+    assert panel_violations(page) == []
+    live.screenshot(path=str(SHOTS / "challenge-live-desktop.png"))
+
+    phone = browser.new_page(viewport={"width": 390, "height": 844})
+    phone.context.add_cookies(page.context.cookies())
+    phone.goto(f"{live_site}/course/cache-strategies/#challenge-half-the-writes")
+    phone.locator("#challenge-half-the-writes [data-live-verdict]").wait_for()
+    width = phone.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, width  # nothing wider than the phone
+    assert panel_violations(phone) == []
+    phone.locator("#challenge-half-the-writes [data-challenge-live]").screenshot(
+        path=str(SHOTS / "challenge-live-phone.png")
+    )
+    assert errors == []

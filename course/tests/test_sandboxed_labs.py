@@ -19,6 +19,12 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from course.challenges.expr import ExprError, NoValue, evaluate
+from course.challenges.grading import model_runner
+from course.challenges.live import live_context
+from course.challenges.recorded import live_only, recordings_of
+from course.challenges.spec import lesson_challenges
+from course.labs.harness.base import Tables
 from course.labs.registry import LABS
 from course.sandbox import lab_run_sandboxed, labs_dir
 from library.seed import seed_library
@@ -55,6 +61,33 @@ def test_the_live_part_runs_in_its_sandbox_and_changes_nothing_of_ours(
     assert any(name.startswith("live_") for name in result["tables"]), slug
     assert operator_snapshot(redis_client) == before
     assert not own_sandboxes()  # removed (another suite's may come and go meanwhile)
+    assert live_checks_still_read(slug, result["tables"]) == []
+
+
+def live_checks_still_read(slug: str, tables: Tables) -> list[str]:
+    """The lesson's challenge live checks were proven on recorded runs
+    (``course.challenges.recorded``): this run must still produce the recorded
+    tables with their columns, and every live condition must read it."""
+    problems: list[str] = []
+    fresh = live_only(tables)
+    lab = LABS[slug]
+    for cid, recording in recordings_of(slug).items():
+        for name, recorded in recording.solution.tables.items():
+            if name not in fresh:
+                problems.append(f"{cid}: the live part no longer makes {name}")
+            elif fresh[name]["columns"] != recorded["columns"]:
+                problems.append(f"{cid}: {name} has other columns than recorded")
+    params = lab.defaults()
+    context = live_context(lab, params, tables, model_runner(lab))
+    for challenge in lesson_challenges(slug):
+        for condition in challenge.live:
+            try:
+                evaluate(condition, context)
+            except NoValue:
+                pass
+            except ExprError as error:
+                problems.append(f"{challenge.id}: {condition.source!r}: {error}")
+    return problems
 
 
 def own_sandboxes() -> list[str]:

@@ -7,6 +7,12 @@
  * the page's counts (the header chip, the panel's badge) follow; a new hint is
  * added to the list and takes the focus. An answer the server cannot check (400)
  * is shown as an error next to the fields, which are marked invalid.
+ *
+ * A solved challenge with a live check has a third form, "Check it on the live
+ * system", which asks the lab service for a live run of the solved answer. Its
+ * block (server-rendered: course.challenge_views) is swapped for the one the
+ * server answers with, and, while the run waits or runs, read again every few
+ * seconds from its JSON until the verdict is there.
  */
 (function () {
   "use strict";
@@ -21,12 +27,15 @@
     return node;
   }
 
-  function post(form) {
+  function post(form, submitter) {
     const token = form.querySelector("input[name=csrfmiddlewaretoken]");
+    const data = new FormData(form);
+    // The pressed button's value (the offer's "Use that run" / "Run my own").
+    if (submitter && submitter.name) data.set(submitter.name, submitter.value);
     // getAttribute: the form's own "action" input hides the form.action property.
     return fetch(form.getAttribute("action"), {
       method: "POST",
-      body: new URLSearchParams(new FormData(form)),
+      body: new URLSearchParams(data),
       credentials: "same-origin",
       headers: { Accept: "application/json", "X-CSRFToken": token ? token.value : "" },
     }).then((response) =>
@@ -121,7 +130,84 @@
     }
   }
 
+  // --- the live check ---------------------------------------------------------------
+  const LIVE_POLL_MS = 3000;
+  const LIVE_MAX_BACKOFF_MS = 30000;
+
+  function liveSwap(item, html) {
+    const region = item.querySelector("[data-challenge-live-region]");
+    if (!region || typeof html !== "string") return;
+    const fresh = document.createElement("template");
+    fresh.innerHTML = html; // our own rendered, escaped fragment
+    const words = (node) => node.textContent.replace(/\s+/g, " ").trim();
+    // Rewriting the same words would make a screen reader read them out again.
+    if (words(fresh.content) === words(region)) return;
+    region.replaceChildren(fresh.content);
+    liveFollow(item);
+  }
+
+  function liveError(item, message) {
+    const block = item.querySelector("[data-challenge-live]");
+    if (!block) return;
+    const old = block.querySelector("[data-live-error]");
+    if (old) old.remove();
+    const alert = el("div", "alert alert-error");
+    alert.dataset.liveError = "";
+    alert.appendChild(el("p", "", String(message || "The live run could not be asked for.")));
+    block.appendChild(alert);
+  }
+
+  function liveFollow(item) {
+    const block = item.querySelector("[data-challenge-live]");
+    if (!block || !block.hasAttribute("data-live-pending") || item.liveTimer) return;
+    let failures = 0;
+    const tick = () => {
+      item.liveTimer = null;
+      fetch(block.dataset.liveUrl, {
+        headers: { Accept: "application/json" },
+        credentials: "same-origin",
+        cache: "no-store",
+      })
+        .then((response) => (response.ok ? response.json() : Promise.reject(response.status)))
+        .then((body) => {
+          failures = 0;
+          liveSwap(item, body.html);
+          const current = item.querySelector("[data-challenge-live]");
+          if (body.pending && current === block) {
+            item.liveTimer = setTimeout(tick, LIVE_POLL_MS);
+          }
+        })
+        .catch(() => {
+          // Full jitter on a capped exponential ceiling: many tabs do not retry at once.
+          failures += 1;
+          const ceiling = Math.min(LIVE_MAX_BACKOFF_MS, LIVE_POLL_MS * 2 ** failures);
+          item.liveTimer = setTimeout(tick, LIVE_POLL_MS + Math.random() * (ceiling - LIVE_POLL_MS));
+        });
+    };
+    item.liveTimer = setTimeout(tick, LIVE_POLL_MS);
+  }
+
+  function liveWire(item) {
+    // Delegated: the block and its forms are replaced whenever the server answers.
+    item.addEventListener("submit", (event) => {
+      const form = event.target;
+      if (!form.closest || !form.closest("[data-challenge-live]")) return;
+      event.preventDefault();
+      const buttons = form.querySelectorAll("button");
+      buttons.forEach((button) => { button.disabled = true; });
+      post(form, event.submitter)
+        .then(({ status, body }) => {
+          if (status === 200 || status === 202) liveSwap(item, body.html);
+          else liveError(item, body.error);
+        })
+        .catch(() => liveError(item, "The server could not be reached; try again."))
+        .finally(() => buttons.forEach((button) => { button.disabled = false; }));
+    });
+    liveFollow(item);
+  }
+
   panel.querySelectorAll("[data-challenge]").forEach((item) => {
+    if (item.querySelector("[data-challenge-live-region]")) liveWire(item);
     const answerForm = item.querySelector("[data-challenge-form]");
     const hintForm = item.querySelector("[data-challenge-hint-form]");
 
