@@ -1,0 +1,175 @@
+"""The queueing labs' models print exactly the tables they printed before they were
+made faster.
+
+The variability simulation (course.labs.harness.queueing) and the depth run were
+rewritten for speed (the explorable page runs a model for every new parameter set);
+what they compute must not move. ``pinned_models.json`` holds each case's tables as
+the code before that rewrite printed them, every figure to the precision the table
+prints. The cases cover every branch of the simulation: even and Poisson arrivals,
+equal jobs and each of the three ways ``random.gammavariate`` draws (shape above,
+at and below 1), one server and many, loads at and above 100 %, a bounded queue
+(backpressure, load shedding) with no place, one, a few and many, and the depth run's
+edges (nobody consuming, nothing produced, no rows).
+
+To re-pin after a change that is *meant* to move a figure: ``PIN_WRITE=1`` writes
+the file from the current code (and skips); commit it with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from course.tests.labs.lab_results import run
+
+PINS = Path(__file__).with_name("pinned_models.json")
+
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "mq-defaults": ("message-queues", {}),
+    "mq-poisson-exponential-3": (
+        "message-queues",
+        {
+            "arrivals": "poisson",
+            "service_cv": 1.0,
+            "utilisations": [50, 90, 120],
+            "variability_jobs": 5000,
+            "seed": 7,
+            "variability_consumers": 3,
+            "production": 12,
+            "consumption_rate": 2,
+            "rounds": 20,
+            "consumers": [0, 2, 5],
+            "visibility": 0.5,
+        },
+    ),
+    "mq-fixed-heavy-tail": (
+        "message-queues",
+        {
+            "service_cv": 2.5,
+            "utilisations": [30, 99, 150],
+            "variability_jobs": 3000,
+            "seed": 123,
+            "production": 0,
+            "consumers": [],
+        },
+    ),
+    "mq-poisson-16-short": (
+        "message-queues",
+        {
+            "arrivals": "poisson",
+            "variability_consumers": 16,
+            "utilisations": [95, 60],
+            "variability_jobs": 100,
+            "consumption_rate": 0,
+            "rounds": 30,
+            "production": 50,
+            "consumers": [1, 100],
+        },
+    ),
+    "mq-poisson-gamma-2": (
+        "message-queues",
+        {
+            "arrivals": "poisson",
+            "service_cv": 0.3,
+            "variability_consumers": 2,
+            "utilisations": [10, 80, 100],
+            "seed": 0,
+        },
+    ),
+    "mq-fixed-near-constant-4": (
+        "message-queues",
+        {
+            "service_cv": 0.05,
+            "variability_consumers": 4,
+            "utilisations": [1, 97],
+            "variability_jobs": 7000,
+            "seed": 2147483647,
+        },
+    ),
+    "wp-defaults": ("worker-processes", {}),
+    "wp-poisson-gamma": (
+        "worker-processes",
+        {
+            "arrivals": "poisson",
+            "service_cv": 1.5,
+            "workers": [1, 3, 16],
+            "utilisations": [40, 85, 99],
+            "variability_jobs": 4000,
+            "job_ms": 37,
+            "seed": 11,
+        },
+    ),
+    "bp-defaults": ("backpressure", {}),
+    "bp-poisson-bounded": (
+        "backpressure",
+        {
+            "arrivals": "poisson",
+            "service_cv": 0.8,
+            "capacity": 7,
+            "utilisations": [50, 100, 130, 200],
+            "variability_jobs": 6000,
+            "consume_per_s": 45,
+            "seed": 99,
+        },
+    ),
+    "bp-one-place": (
+        "backpressure",
+        {
+            "arrivals": "poisson",
+            "service_cv": 2.0,
+            "capacity": 1,
+            "utilisations": [70, 150],
+            "variability_jobs": 2000,
+        },
+    ),
+    "ls-defaults": ("load-shedding", {}),
+    "ls-poisson-pool": (
+        "load-shedding",
+        {
+            "arrivals": "poisson",
+            "service_cv": 1.0,
+            "max_concurrent": 5,
+            "max_queue": 40,
+            "utilisations": [60, 95, 120, 200],
+            "variability_jobs": 8000,
+            "seed": 5,
+        },
+    ),
+    "ls-fixed-gamma-queue-0": (
+        "load-shedding",
+        {
+            "service_cv": 0.6,
+            "max_concurrent": 2,
+            "max_queue": 0,
+            "utilisations": [80, 110],
+            "variability_jobs": 1500,
+        },
+    ),
+}
+
+
+def _tables(slug: str, overrides: dict[str, Any]) -> Any:
+    # Through JSON, as the page and `lab --json` print them.
+    return json.loads(json.dumps(run(slug, **overrides)["tables"]))
+
+
+def test_write_pins_when_asked():
+    if not os.environ.get("PIN_WRITE"):
+        pytest.skip("PIN_WRITE=1 re-pins the tables from the current code")
+    pins = {name: _tables(slug, overrides) for name, (slug, overrides) in CASES.items()}
+    PINS.write_text(json.dumps(pins, indent=1, sort_keys=True) + "\n")
+    pytest.skip(f"wrote {PINS.name}: commit it with the reason the figures moved")
+
+
+def test_every_case_is_pinned():
+    assert sorted(json.loads(PINS.read_text())) == sorted(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_model_prints_the_pinned_tables(name: str):
+    slug, overrides = CASES[name]
+    assert _tables(slug, overrides) == json.loads(PINS.read_text())[name]
