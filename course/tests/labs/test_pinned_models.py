@@ -11,22 +11,31 @@ at and below 1), one server and many, loads at and above 100 %, a bounded queue
 (backpressure, load shedding) with no place, one, a few and many, and the depth run's
 edges (nobody consuming, nothing produced, no rows).
 
+The printed tables round to three decimals (one for milliseconds), so a change in
+the last bits of a float would pass them. ``pinned_simulations.json`` holds, per
+``SIMULATIONS`` case, the bits themselves of what ``simulate`` returns: the waits
+(a digest of their doubles), the window and the area.
+
 To re-pin after a change that is *meant* to move a figure: ``PIN_WRITE=1`` writes
 the file from the current code (and skips); commit it with the reason.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from course.labs.harness.queueing import QueueRun, simulate
 from course.tests.labs.lab_results import run
 
 PINS = Path(__file__).with_name("pinned_models.json")
+SIMULATION_PINS = Path(__file__).with_name("pinned_simulations.json")
 
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "mq-defaults": ("message-queues", {}),
@@ -152,6 +161,51 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+# utilisation, servers, arrivals, service_cv, jobs, seed, capacity: each loop of the
+# simulation (one worker, several, bounded), every way of drawing a job's length.
+SIMULATIONS: list[tuple[float, int, str, float, int, int, int | None]] = [
+    (0.9, 1, "poisson", 1.0, 3000, 1, None),
+    (0.8, 3, "poisson", 2.5, 3000, 2, None),
+    (0.95, 1, "fixed", 0.3, 3000, 3, None),
+    (1.3, 2, "poisson", 0.0, 3000, 4, None),
+    (0.7, 1, "poisson", 1.0, 3000, 5, 2),
+    (1.5, 4, "fixed", 4.0, 3000, 6, 0),
+    (0.5, 16, "poisson", 0.05, 1000, 7, 10),
+    (0.99, 1, "fixed", 0.0, 2000, 8, None),
+    (1.2, 1, "poisson", 0.7, 2500, 9, 5),
+]
+
+
+def _simulation_name(case: tuple[object, ...]) -> str:
+    return "-".join(str(part) for part in case)
+
+
+def _simulated(case: tuple[float, int, str, float, int, int, int | None]) -> QueueRun:
+    utilisation, servers, arrivals, cv, jobs, seed, capacity = case
+    return simulate(
+        utilisation=utilisation,
+        servers=servers,
+        mean_service=1.0 if servers % 2 else 300.0,
+        arrivals=arrivals,
+        service_cv=cv,
+        jobs=jobs,
+        seed=seed,
+        capacity=capacity,
+    )
+
+
+def _bits(found: QueueRun) -> list[object]:
+    """Return the run's figures as their exact bits."""
+    packed = struct.pack(f"{len(found.waits)}d", *found.waits)
+    return [
+        found.arrived,
+        len(found.waits),
+        hashlib.sha256(packed).hexdigest()[:16],
+        found.window.hex(),
+        found.waiting_area.hex(),
+    ]
+
+
 def _tables(slug: str, overrides: dict[str, Any]) -> Any:
     # Through JSON, as the page and `lab --json` print them.
     return json.loads(json.dumps(run(slug, **overrides)["tables"]))
@@ -162,14 +216,24 @@ def test_write_pins_when_asked():
         pytest.skip("PIN_WRITE=1 re-pins the tables from the current code")
     pins = {name: _tables(slug, overrides) for name, (slug, overrides) in CASES.items()}
     PINS.write_text(json.dumps(pins, indent=1, sort_keys=True) + "\n")
+    bits = {_simulation_name(case): _bits(_simulated(case)) for case in SIMULATIONS}
+    SIMULATION_PINS.write_text(json.dumps(bits, indent=1) + "\n")
     pytest.skip(f"wrote {PINS.name}: commit it with the reason the figures moved")
 
 
 def test_every_case_is_pinned():
     assert sorted(json.loads(PINS.read_text())) == sorted(CASES)
+    pinned = json.loads(SIMULATION_PINS.read_text())
+    assert sorted(pinned) == sorted(_simulation_name(case) for case in SIMULATIONS)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_model_prints_the_pinned_tables(name: str):
     slug, overrides = CASES[name]
     assert _tables(slug, overrides) == json.loads(PINS.read_text())[name]
+
+
+@pytest.mark.parametrize("case", SIMULATIONS, ids=_simulation_name)
+def test_simulation_returns_the_pinned_bits(case):
+    pinned = json.loads(SIMULATION_PINS.read_text())[_simulation_name(case)]
+    assert _bits(_simulated(case)) == pinned
