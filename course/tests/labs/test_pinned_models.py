@@ -1,5 +1,5 @@
-"""The queueing labs' models print exactly the tables they printed before they were
-made faster.
+"""The queueing labs' and cache-metrics' models print exactly the tables they
+printed before they were made faster.
 
 The variability simulation (course.labs.harness.queueing) and the depth run were
 rewritten for speed (the explorable page runs a model for every new parameter set);
@@ -9,7 +9,8 @@ prints. The cases cover every branch of the simulation: even and Poisson arrival
 equal jobs and each of the three ways ``random.gammavariate`` draws (shape above,
 at and below 1), one server and many, loads at and above 100 %, a bounded queue
 (backpressure, load shedding) with no place, one, a few and many, and the depth run's
-edges (nobody consuming, nothing produced, no rows).
+edges (nobody consuming, nothing produced, no rows); and cache-metrics with no
+cache, tiny ones and large ones.
 
 The printed tables round to three decimals (one for milliseconds), so a change in
 the last bits of a float would pass them. ``pinned_simulations.json`` holds, per
@@ -157,6 +158,20 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "utilisations": [80, 110],
             "variability_jobs": 1500,
         },
+    ),
+    "cm-defaults": ("cache-metrics", {}),
+    "cm-small-caches": (
+        "cache-metrics",
+        {
+            "requests": 3000,
+            "seed": 7,
+            "capacities": [0, 1, 5, 50, 500],
+            "breakdown_capacity": 20,
+        },
+    ),
+    "cm-no-breakdown-cache": (
+        "cache-metrics",
+        {"requests": 500, "seed": 0, "capacities": [3], "breakdown_capacity": 0},
     ),
 }
 
