@@ -1,5 +1,6 @@
-"""The queueing labs' and cache-metrics' models print exactly the tables they
-printed before they were made faster.
+"""The models made faster for the explorable page (the queueing labs,
+cache-metrics, poison-messages-and-retry) print exactly the tables they printed
+before.
 
 The variability simulation (course.labs.harness.queueing) and the depth run were
 rewritten for speed (the explorable page runs a model for every new parameter set);
@@ -9,8 +10,8 @@ prints. The cases cover every branch of the simulation: even and Poisson arrival
 equal jobs and each of the three ways ``random.gammavariate`` draws (shape above,
 at and below 1), one server and many, loads at and above 100 %, a bounded queue
 (backpressure, load shedding) with no place, one, a few and many, and the depth run's
-edges (nobody consuming, nothing produced, no rows); and cache-metrics with no
-cache, tiny ones and large ones.
+edges (nobody consuming, nothing produced, no rows); cache-metrics with no
+cache, tiny ones and large ones; the retry wave with no base, a cap and none.
 
 The printed tables round to three decimals (one for milliseconds), so a change in
 the last bits of a float would pass them. ``pinned_simulations.json`` holds, per
@@ -172,6 +173,34 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "cm-no-breakdown-cache": (
         "cache-metrics",
         {"requests": 500, "seed": 0, "capacities": [3], "breakdown_capacity": 0},
+    ),
+    "pm-defaults": ("poison-messages-and-retry", {}),
+    "pm-wide-wave": (
+        "poison-messages-and-retry",
+        {
+            "consumers": 900,
+            "attempts": 40,
+            "base_ms": 5000,
+            "cap_ms": 0,
+            "bucket_ms": 1000,
+            "budget_ms": 3_000_000,
+            "seed": 3,
+        },
+    ),
+    "pm-no-base": (
+        "poison-messages-and-retry",
+        {"consumers": 50, "attempts": 7, "base_ms": 0, "cap_ms": 100, "bucket_ms": 1},
+    ),
+    "pm-capped": (
+        "poison-messages-and-retry",
+        {
+            "consumers": 200,
+            "attempts": 12,
+            "base_ms": 150,
+            "cap_ms": 4000,
+            "bucket_ms": 250,
+            "seed": 0,
+        },
     ),
 }
 
