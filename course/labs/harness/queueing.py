@@ -18,13 +18,17 @@ not by luck).
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
+from array import array
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from functools import lru_cache
+from heapq import heapreplace
+from itertools import accumulate, islice, repeat
+from math import log
+from operator import truediv
 from typing import Final, Protocol
 
 from course.labs.harness.base import Cell, Param
@@ -94,18 +98,40 @@ def percentile(ordered: Sequence[float], share: float) -> float:
     return ordered[rank - 1]
 
 
-def _service_draw(rng: random.Random, mean: float, cv: float) -> Callable[[], float]:
-    """Return a draw of one service time with this mean and coefficient of variation.
+# The draws of one seed do not depend on the load or the number of servers: a lab
+# runs the same seed at every load (and, in worker-processes, every pool size), so
+# the last few seeds' draws are kept (compact arrays: 8 bytes a job).
+DRAWS_KEPT: Final = 4
+
+
+@lru_cache(maxsize=DRAWS_KEPT)
+def _unit_gaps(seed: int, count: int) -> array[float]:
+    """Return ``count`` Poisson gaps of mean 1, before scaling to a load.
+
+    Each is ``-log(1 - u)`` for the next ``u`` of the seed's arrivals stream:
+    ``random.expovariate(lambd)`` is that value divided by ``lambd``, so dividing
+    these by ``1 / gap`` gives the very same floats as drawing at each load.
+    """
+    uniform = random.Random(f"{seed}:arrivals").random
+    return array("d", [-log(1.0 - uniform()) for _ in range(count)])
+
+
+@lru_cache(maxsize=DRAWS_KEPT)
+def _service_times(seed: int, mean: float, cv: float, count: int) -> array[float]:
+    """Return ``count`` service times with this mean and coefficient of variation.
 
     A gamma distribution of shape 1/cv² has exactly that spread: shape 1 is the
     exponential (cv 1), a large shape nearly constant, a small one a few very long
     jobs among many short ones.
     """
-    if cv == 0:
-        return lambda: mean
+    gamma = random.Random(f"{seed}:service").gammavariate
     shape = 1 / (cv * cv)
     scale = mean / shape
-    return lambda: rng.gammavariate(shape, scale)
+    return array("d", [gamma(shape, scale) for _ in range(count)])
+
+
+def _services(seed: int, mean: float, cv: float, count: int) -> Iterable[float]:
+    return repeat(mean, count) if cv == 0 else _service_times(seed, mean, cv, count)
 
 
 def simulate(
@@ -132,54 +158,151 @@ def simulate(
     warmup = math.ceil(jobs * WARMUP_SHARE)
     total = warmup + jobs
     gap = mean_service / (servers * utilisation)
-    arrivals_rng = random.Random(f"{seed}:arrivals")
-    if arrivals == "poisson":
-        gaps = [arrivals_rng.expovariate(1 / gap) for _ in range(total + 1)]
-    else:
-        gaps = [gap] * (total + 1)
     # One more arrival than jobs: it closes the measured window.
+    gaps: Iterable[float] = (
+        map(truediv, _unit_gaps(seed, total + 1), repeat(1 / gap))
+        if arrivals == "poisson"
+        else repeat(gap, total + 1)
+    )
     times = list(accumulate(gaps))
-    draw = _service_draw(random.Random(f"{seed}:service"), mean_service, service_cv)
     # A service is drawn for every arrival, dropped or not, so a bounded and an
     # unbounded run of the same seed see the same jobs.
-    services = [draw() for _ in range(total)]
-
-    free = [0.0] * servers  # when each worker can start its next job
-    waiting: deque[float] = deque()  # start instants of admitted jobs not yet started
-    starts: list[float] = []
-    admitted_at: list[float] = []
-    measured_waits: list[float] = []
-    for index in range(total):
-        now = times[index]
-        earliest = free[0]
-        if capacity is not None:
-            while waiting and waiting[0] <= now:
-                waiting.popleft()
-            if earliest > now and len(waiting) >= capacity:
-                continue  # tail drop: it would wait, and every place is taken
-        start = earliest if earliest > now else now
-        heapq.heapreplace(free, start + services[index])
-        if capacity is not None and start > now:
-            waiting.append(start)
-        starts.append(start)
-        admitted_at.append(now)
-        if index >= warmup:
-            measured_waits.append(start - now)
-
-    begin, end = times[warmup], times[total]
-    area = 0.0
-    for arrived, started in zip(admitted_at, starts, strict=True):
-        low = arrived if arrived > begin else begin
-        high = started if started < end else end
-        if high > low:
-            area += high - low
-    measured_waits.sort()
+    services = _services(seed, mean_service, service_cv, total)
+    jobs_in = zip(times[:total], services, strict=True)
+    window = _Window(warmup=warmup, begin=times[warmup], end=times[total])
+    if capacity is not None:
+        waits, area = _bounded_queue(jobs_in, window, servers, capacity)
+    elif servers == 1:
+        waits, area = _one_worker(jobs_in, window)
+    else:
+        waits, area = _workers(jobs_in, window, servers)
     return QueueRun(
         arrived=jobs,
-        waits=tuple(measured_waits),
-        window=end - begin,
+        waits=tuple(waits),
+        window=window.end - window.begin,
         waiting_area=area,
     )
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The measured part of a run: jobs from ``warmup`` on, arriving in
+    [``begin``, ``end``)."""
+
+    warmup: int
+    begin: float
+    end: float
+
+
+# The three loops below are one simulation, written three times so that the common
+# cases (no bound; one worker) pay for no test they do not need: this is the hot
+# loop of every queueing lab's model. Each computes, in the same order and with the
+# same float operations, what the straightforward loop would: per admitted job,
+# ``start = max(earliest free worker, arrival)``, its wait ``start - arrival`` when
+# measured, and the part of [arrival, start] inside the window added to the area.
+# Arrivals never decrease, so a warm-up job arrives at or before ``begin`` (its
+# part starts there) and a measured one at or after it (its part starts at its
+# arrival, and is empty when it does not wait).
+
+
+def _one_worker(
+    jobs: Iterator[tuple[float, float]], window: _Window
+) -> tuple[list[float], float]:
+    """Unbounded queue, one worker: no heap, its one free instant. Return the
+    measured waits, sorted, and the area."""
+    begin, end = window.begin, window.end
+    free = 0.0
+    area = 0.0
+    for now, service in islice(jobs, window.warmup):
+        start = free if free > now else now
+        free = start + service
+        high = start if start < end else end
+        if high > begin:
+            area += high - begin
+    waits: list[float] = []
+    wait = waits.append
+    idle = 0  # measured jobs that found the worker free: a wait of 0.0 each
+    for now, service in jobs:
+        if free > now:
+            high = free if free < end else end
+            if high > now:
+                area += high - now
+            wait(free - now)
+            free += service
+        else:
+            idle += 1
+            free = now + service
+    return _sorted_waits(idle, waits), area
+
+
+def _workers(
+    jobs: Iterator[tuple[float, float]], window: _Window, servers: int
+) -> tuple[list[float], float]:
+    """Unbounded queue, several workers: a heap of their free instants."""
+    begin, end = window.begin, window.end
+    free = [0.0] * servers
+    area = 0.0
+    for now, service in islice(jobs, window.warmup):
+        earliest = free[0]
+        start = earliest if earliest > now else now
+        heapreplace(free, start + service)
+        high = start if start < end else end
+        if high > begin:
+            area += high - begin
+    waits: list[float] = []
+    wait = waits.append
+    idle = 0  # measured jobs that found a worker free: a wait of 0.0 each
+    for now, service in jobs:
+        earliest = free[0]
+        if earliest > now:
+            high = earliest if earliest < end else end
+            if high > now:
+                area += high - now
+            wait(earliest - now)
+            heapreplace(free, earliest + service)
+        else:
+            idle += 1
+            heapreplace(free, now + service)
+    return _sorted_waits(idle, waits), area
+
+
+def _sorted_waits(idle: int, waited: list[float]) -> list[float]:
+    """Return every measured wait in order: the ``idle`` zeros, then the others
+    sorted (all positive: sorting the zeros with them would only cost time)."""
+    waited.sort()
+    return [0.0] * idle + waited
+
+
+def _bounded_queue(
+    jobs: Iterator[tuple[float, float]], window: _Window, servers: int, capacity: int
+) -> tuple[list[float], float]:
+    """A queue of ``capacity`` waiting places: a job that would wait and finds them
+    all taken is dropped (and neither waits nor counts in the area)."""
+    begin, end, warmup = window.begin, window.end, window.warmup
+    free = [0.0] * servers  # when each worker can start its next job
+    waiting: deque[float] = deque()  # start instants of admitted jobs not yet started
+    area = 0.0
+    waits: list[float] = []
+    for index, (now, service) in enumerate(jobs):
+        earliest = free[0]
+        while waiting and waiting[0] <= now:
+            waiting.popleft()
+        if earliest > now:
+            if len(waiting) >= capacity:
+                continue  # tail drop: it would wait, and every place is taken
+            start = earliest
+            waiting.append(start)
+        else:
+            start = now
+        heapreplace(free, start + service)
+        low = now if now > begin else begin
+        high = start if start < end else end
+        if high > low:
+            area += high - low
+        if index >= warmup:
+            waits.append(start - now)
+    waits.sort()
+    return waits, area
 
 
 # --- the closed forms ----------------------------------------------------------------
@@ -328,12 +451,41 @@ def variability_row(
     ]
 
 
+# A lab's variability rows depend on the scenario and the load alone, not on the
+# lab's other parameters, and the explorable page runs a model for every new
+# parameter set, most of them a move of a slider that leaves these rows as they
+# were. So a process keeps the last rows it computed (a few hundred short lists):
+# the next set reuses them instead of simulating the same jobs again.
+ROWS_KEPT: Final = 256
+
+
+def scenario_row(
+    scenario: Scenario,
+    utilisation_pct: int,
+    units: Units,
+    *,
+    unstable_note: str = UNSTABLE,
+) -> list[Cell]:
+    """Return ``variability_row`` of the scenario's unbounded run at this load."""
+    return list(_kept_row(scenario, utilisation_pct, units, unstable_note))
+
+
+@lru_cache(maxsize=ROWS_KEPT)
+def _kept_row(
+    scenario: Scenario, utilisation_pct: int, units: Units, unstable_note: str
+) -> tuple[Cell, ...]:
+    run = scenario.run(utilisation_pct)
+    return tuple(
+        variability_row(
+            scenario, utilisation_pct, units, run, unstable_note=unstable_note
+        )
+    )
+
+
 def variability_rows(
     scenario: Scenario, utilisations: Sequence[int], units: Units
 ) -> list[list[Cell]]:
-    return [
-        variability_row(scenario, pct, units, scenario.run(pct)) for pct in utilisations
-    ]
+    return [scenario_row(scenario, pct, units) for pct in utilisations]
 
 
 def bounded_rows(
@@ -353,19 +505,22 @@ def bounded_rows(
     """
     rows: list[list[Cell]] = []
     for pct in utilisations:
-        base = variability_row(
-            scenario, pct, units, scenario.run(pct), unstable_note=unstable_note
-        )
-        bounded = scenario.run(pct, capacity=capacity)
-        rows.append(
-            [
-                *base[:-1],
-                round(100 * bounded.dropped_share, 2),
-                round(bounded.percentile(0.99), units.digits),
-                base[-1],
-            ]
-        )
+        base = scenario_row(scenario, pct, units, unstable_note=unstable_note)
+        drop, p99 = _kept_bounded(scenario, pct, units, capacity)
+        rows.append([*base[:-1], drop, p99, base[-1]])
     return rows
+
+
+@lru_cache(maxsize=ROWS_KEPT)
+def _kept_bounded(
+    scenario: Scenario, utilisation_pct: int, units: Units, capacity: int
+) -> tuple[float, float]:
+    """Return the bounded run's two cells: the share dropped, the p99 wait."""
+    bounded = scenario.run(utilisation_pct, capacity=capacity)
+    return (
+        round(100 * bounded.dropped_share, 2),
+        round(bounded.percentile(0.99), units.digits),
+    )
 
 
 def bounded_columns(units: Units, *, drop: str, wait: str) -> list[str]:

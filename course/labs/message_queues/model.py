@@ -4,6 +4,7 @@ timeouts, competing consumers and depths.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from course.labs.harness.base import (
@@ -31,7 +32,7 @@ UNACKNOWLEDGED_JOBS = (
 CRASHES_ON = UNACKNOWLEDGED_JOBS[1]  # the consumer stops while holding this one
 
 
-@dataclass
+@dataclass(slots=True)
 class _Message:
     id: int
     body: str
@@ -39,7 +40,7 @@ class _Message:
     delivered: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Delivery:
     id: int
     body: str
@@ -49,16 +50,20 @@ class Delivery:
 class Queue:
     """The lesson's smallest queue: write, receive, acknowledge, visibility timeout.
 
-    Messages live in a dict keyed by id (insertion order = write order), so an
-    acknowledgement is O(1) where the course filters a list; the observable
-    behaviour is the same and the depth experiment stays fast for large runs.
+    Messages live in an ordered dict keyed by id (insertion order = write order),
+    so an acknowledgement is O(1) where the course filters a list; the observable
+    behaviour is the same and the depth experiment stays fast for large runs. An
+    ``OrderedDict``, not a ``dict``: a plain dict keeps a hole where each
+    acknowledged message was until it next grows, and ``receive`` walks over those
+    holes from the front, so a queue that grows while it drains (2 consumers
+    taking 400 of 500 jobs a round for 500 rounds) spent two seconds there.
     """
 
     def __init__(self, visibility: float) -> None:
         self.visibility = visibility
         self.now: float = 0
         self.total_delivered = 0
-        self._messages: dict[int, _Message] = {}
+        self._messages: OrderedDict[int, _Message] = OrderedDict()
         self._next_id = 1
 
     def write(self, body: str) -> int:

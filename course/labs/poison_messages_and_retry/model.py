@@ -145,23 +145,27 @@ def retry_moments(
     mode, so each mode sees the same sequence from the start.
     """
     rand = JsLcg(seed).random
+    # The un-jittered waits are the same for every consumer: worked out once, not
+    # once per consumer (a wave of 10,000 consumers asked for them 400,000 times).
+    delays = [backoff.delay_ms(n) for n in range(1, attempts + 1)]
+    base, cap = backoff.base_ms, float(backoff.cap_ms)
     moments: list[float] = []
+    keep = moments.append
     for _ in range(consumers):
         moment = 0.0
-        previous = float(backoff.base_ms)
-        for n in range(1, attempts + 1):
-            delay = backoff.delay_ms(n)
+        previous = float(base)
+        for delay in delays:
             if mode == "no jitter":
                 moment += delay
             elif mode == "full jitter":
                 moment += js_round(rand() * delay)  # anywhere in [0, delay]
             else:
                 # Decorrelated: the next wait depends on the previous one, not on n.
-                spread = previous * 3 - backoff.base_ms
-                drawn = js_round(backoff.base_ms + rand() * spread)
-                previous = min(float(backoff.cap_ms), drawn)
+                spread = previous * 3 - base
+                drawn = js_round(base + rand() * spread)
+                previous = min(cap, drawn)
                 moment += previous
-            moments.append(moment)
+            keep(moment)
     return moments
 
 

@@ -14,8 +14,8 @@ from course.labs.harness.base import (
 from course.labs.harness.queueing import (
     MILLISECONDS,
     scenario_of,
+    scenario_row,
     variability_columns,
-    variability_row,
 )
 from course.labs.worker_processes.params import WorkerProcessesParams
 
@@ -82,7 +82,7 @@ def variability(params: WorkerProcessesParams, progress: Progress) -> list[list[
         progress(0.6 + 0.4 * index / len(pools), f"variability: {workers} workers")
         scenario = scenario_of(params, servers=workers, mean_service=mean_ms)
         for pct in loads:
-            row = variability_row(scenario, pct, MILLISECONDS, scenario.run(pct))
+            row = scenario_row(scenario, pct, MILLISECONDS)
             rows.append([load_label(workers, pct), workers, *row])
     return rows
 
