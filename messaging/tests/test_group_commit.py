@@ -168,10 +168,8 @@ def test_a_killer_that_died_in_a_group_is_blamed_for_it_once_it_kills_alone(
     ).exists()
 
 
-def _ledger_partition(
-    *keys_and_bodies: tuple[int, dict[str, object] | None],
-) -> list[Delivery]:
-    """Publish messages whose book_ledger copies share partition 1; return them."""
+def _publish(*keys_and_bodies: tuple[int, dict[str, object] | None]) -> None:
+    """Publish loans (a body of None) or bare messages keyed by book, and relay them."""
     for key, body in keys_and_bodies:
         if body is None:
             loan_issue(book_id=key, member_id=1)
@@ -181,6 +179,13 @@ def _ledger_partition(
                     type=registry.MessageType.LOAN_ISSUED, key=key, body=body
                 )
     relay_pending()
+
+
+def _ledger_partition(
+    *keys_and_bodies: tuple[int, dict[str, object] | None],
+) -> list[Delivery]:
+    """Publish messages whose book_ledger copies share partition 1; return them."""
+    _publish(*keys_and_bodies)
     ledger = Delivery.objects.filter(subscription="book_ledger").order_by("message_id")
     assert {d.partition for d in ledger} == {1}
     return list(ledger)
@@ -269,16 +274,8 @@ def test_a_backlog_drains_in_under_three_statements_per_message(
 def _ledger_heads(
     *keys_and_bodies: tuple[int, dict[str, object] | None],
 ) -> dict[int, Delivery]:
-    """Publish messages for books in partitions of their own; their ledger copies."""
-    for key, body in keys_and_bodies:
-        if body is None:
-            loan_issue(book_id=key, member_id=1)
-        else:
-            with transaction.atomic():
-                outbox_publish(
-                    type=registry.MessageType.LOAN_ISSUED, key=key, body=body
-                )
-    relay_pending()
+    """Publish messages keyed by book; their book_ledger copies by id."""
+    _publish(*keys_and_bodies)
     ledger = Delivery.objects.filter(subscription="book_ledger").order_by("message_id")
     return {d.pk: d for d in ledger}
 
