@@ -83,6 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the drainers' --gather-ms (default: the drainer's own)",
     )
     group.add_argument(
+        "--batch-goal",
+        type=int,
+        help="the drainers' --batch-goal (default: the drainer's own)",
+    )
+    group.add_argument(
         "--issuers",
         type=int,
         help="threads issuing the steady load (default 4 on PostgreSQL, 1 on SQLite)",
@@ -98,6 +103,7 @@ class Params:
     duration: float
     issuers: int
     gather_ms: float | None = None
+    batch_goal: int | None = None
 
     @classmethod
     def from_options(cls, options: argparse.Namespace) -> Params:
@@ -110,6 +116,7 @@ class Params:
             duration=options.duration or (3.0 if quick else 30.0),
             issuers=options.issuers or _default_issuers(),
             gather_ms=options.gather_ms,
+            batch_goal=getattr(options, "batch_goal", None),
         )
         if min(params.loans, params.workers, params.repeats, params.issuers) < 1:
             raise BenchError(
@@ -230,7 +237,8 @@ def effects_per_loan() -> int:
 def drainer_command(params: Params) -> list[str]:
     """Return the command of one drainer, as the Procfile runs it (unsupervised)."""
     gather = () if params.gather_ms is None else ("--gather-ms", f"{params.gather_ms}")
-    return manage_command("drainer", *gather, "--verbosity", "0")
+    goal = () if params.batch_goal is None else ("--batch-goal", f"{params.batch_goal}")
+    return manage_command("drainer", *gather, *goal, "--verbosity", "0")
 
 
 def start_drainers(children: Children, names: list[str], params: Params) -> None:
@@ -862,6 +870,8 @@ def load_report(load: dict[str, Any], p: dict[str, Any], per_message: int) -> li
     ]
     drained = load["drained_after_s"]
     gather = "" if p.get("gather_ms") is None else f", --gather-ms {p['gather_ms']:g}"
+    if p.get("batch_goal") is not None:
+        gather += f", --batch-goal {p['batch_goal']}"
     return [
         f"A steady load: {load['loans']} loans offered at {load['offered_rate']:g}/s"
         f" for {load['duration_s']:g} s (achieved {load['achieved_rate']:g}/s from"
