@@ -86,20 +86,18 @@ def challenges_solved(*, user_id: int, slug: str) -> frozenset[str]:
 
 def challenges_solved_by_slug(*, user_id: int) -> dict[str, frozenset[str]]:
     """Return the ids of the challenges the learner solved, per lesson."""
-    found: defaultdict[str, set[str]] = defaultdict(set)
-    for slug, challenge in ChallengeProgress.objects.filter(
-        user_id=user_id, solved_at__isnull=False
-    ).values_list("slug", "challenge"):
-        found[slug].add(challenge)
-    return {slug: frozenset(ids) for slug, ids in found.items()}
+    return _by_slug(user_id, solved_at__isnull=False)
 
 
 def challenges_confirmed_by_slug(*, user_id: int) -> dict[str, frozenset[str]]:
     """Return the ids of the challenges a live run confirmed, per lesson."""
+    return _by_slug(user_id, live_confirmed_at__isnull=False)
+
+
+def _by_slug(user_id: int, **done: bool) -> dict[str, frozenset[str]]:
     found: defaultdict[str, set[str]] = defaultdict(set)
-    for slug, challenge in ChallengeProgress.objects.filter(
-        user_id=user_id, live_confirmed_at__isnull=False
-    ).values_list("slug", "challenge"):
+    rows = ChallengeProgress.objects.filter(user_id=user_id, **done)
+    for slug, challenge in rows.values_list("slug", "challenge"):
         found[slug].add(challenge)
     return {slug: frozenset(ids) for slug, ids in found.items()}
 
