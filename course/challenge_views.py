@@ -137,8 +137,15 @@ def course_challenge(
         return _back(lesson, challenge)
     ids = challenge_ids(slug)
     states = states_of(request, slug)
+    # A solve opens the live check: the page swaps its block in without a reload.
+    live = (
+        _live_html(request, challenge, _live_state(request, challenge))
+        if challenge.live and state.solved
+        else ""
+    )
     return JsonResponse(
         {
+            "live_html": live,
             "solved": verdict.solved,
             "headline": verdict.headline,
             "details": list(verdict.details),

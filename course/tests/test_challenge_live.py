@@ -302,6 +302,15 @@ def test_the_button_appears_once_the_model_accepted_the_answer(learner):
     assert "<code>flush_every=19</code>" in after
 
 
+def test_the_solving_answer_brings_the_button_without_a_reload(learner):
+    _, client = learner
+    wrong = challenge_of(SLUG, CID).wrong
+    assert client.post(URL, wrong, headers=JSON).json()["live_html"] == ""
+    answer = client.post(URL, challenge_of(SLUG, CID).solution, headers=JSON).json()
+    assert "Check it on the live system" in answer["live_html"]
+    assert "<code>flush_every=19</code>" in answer["live_html"]
+
+
 def test_a_learner_whose_live_right_was_withdrawn_gets_no_button(learner):
     user, client = learner
     solve(client)

@@ -82,6 +82,7 @@
 
   function showSolved(item, body) {
     item.classList.add("is-solved");
+    if (body.live_html) liveSwap(item, body.live_html);
     const badge = item.querySelector("[data-challenge-solved]");
     if (badge) badge.hidden = false;
     const debrief = item.querySelector("[data-challenge-debrief]");
