@@ -32,6 +32,7 @@ def cache_tenants_of_this_test(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]
         monkeypatch.setattr(module, "branch_tenant", lambda pk: f"{scope}-branch-{pk}")
         monkeypatch.setattr(module, "member_tenant", lambda pk: f"{scope}-member-{pk}")
         monkeypatch.setattr(module, "book_record", lambda pk: f"{scope}-version-{pk}")
+    monkeypatch.setattr(specs, "library_tenant", lambda: f"{scope}-library")
     local_tier.clear()
     yield scope
     refreshes_wait(5)

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.http import HttpResponse
 from django.test import Client
 from django.urls import reverse
 
-from library.cache import pages
+from library.cache import pages, reads
 from library.cache.metrics import cache_redis
+from library.cache.store import refreshes_wait
 from library.models import Book, Branch, Member
 from library.services import loan_issue, stock_correct
 from messaging.services import messaging_drain
@@ -266,3 +268,36 @@ def test_a_matching_validator_is_answered_from_the_head_alone(
     # Without a matching validator the body is needed: gone, so the view renders.
     again = client.get(url, headers={"if-none-match": '"other"'})
     assert (again.status_code, again["X-Page-Cache"]) == (200, "miss")
+
+
+def test_the_home_page_is_kept_for_seconds_only(
+    client: Client, book: Book, cache_tenants_of_this_test: str
+) -> None:
+    first = client.get("/")
+    second = client.get("/")
+    assert (first["X-Page-Cache"], second["X-Page-Cache"]) == ("miss", "hit")
+    assert first["Cache-Control"].startswith("public, max-age=")
+    redis = cache_redis()
+    scope = cache_tenants_of_this_test
+    kept = list(redis.scan_iter(match=f"page:*{scope}-library*"))
+    assert kept  # the page and its head (validators)
+    # No event retires the sum of every branch: only the lifetime (5 s + jitter).
+    assert all(0 < redis.pttl(key) <= 6000 for key in kept)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_home_figures_age_like_a_branchs(book: Book, member: Member) -> None:
+    now = [1_000_000.0]
+    before = reads.library_overview(clock=lambda: now[0])
+    loan_issue(book_id=book.pk, member_id=member.pk)
+    messaging_drain(owner="test")
+    # Fresh for CACHE_STOCK_FRESH_S: the loan is not in the figures yet.
+    fresh = reads.library_overview(clock=lambda: now[0])
+    assert [b.shelf_total for b in fresh] == [b.shelf_total for b in before]
+    now[0] += settings.CACHE_STOCK_FRESH_S + 1
+    # Stale: served at once while one refresh runs in the background.
+    stale = reads.library_overview(clock=lambda: now[0])
+    assert [b.shelf_total for b in stale] == [b.shelf_total for b in before]
+    assert refreshes_wait(5)
+    after = reads.library_overview(clock=lambda: now[0])
+    assert [b.open_loans for b in after] == [b.open_loans + 1 for b in before]

@@ -17,14 +17,13 @@ pytestmark = pytest.mark.django_db
 
 def _pages(book: Book) -> dict[str, str]:
     return {
-        "home": "/",
         "course index": "/course/",
         "lesson": f"/course/{LESSONS[0].slug}/",
         "live": reverse("branch-live", args=[book.branch_id]),
     }
 
 
-@pytest.mark.parametrize("kind", ["home", "course index", "lesson", "live"])
+@pytest.mark.parametrize("kind", ["course index", "lesson", "live"])
 def test_a_signed_in_page_is_private_and_varies_on_the_cookie(
     member_client: Client, book: Book, kind: str
 ) -> None:
@@ -38,6 +37,9 @@ def test_a_signed_in_page_is_private_and_varies_on_the_cookie(
 def test_directives_a_view_chose_are_kept(member_client: Client, book: Book) -> None:
     catalogue = member_client.get(reverse("branch-books", args=[book.branch_id]))
     assert catalogue["Cache-Control"].startswith("private, max-age=")
+    home = member_client.get(reverse("home"))
+    assert b"ada" in home.content
+    assert home["Cache-Control"].startswith("private, max-age=")
 
 
 def test_a_form_keeps_its_no_store(staff_client: Client, book: Book) -> None:
@@ -45,12 +47,14 @@ def test_a_form_keeps_its_no_store(staff_client: Client, book: Book) -> None:
     assert "no-store" in form["Cache-Control"]
 
 
-@pytest.mark.parametrize("name", ["branch-books", "branch-detail", "book-detail"])
+@pytest.mark.parametrize(
+    "name", ["home", "branch-books", "branch-detail", "book-detail"]
+)
 def test_anonymous_public_pages_keep_their_public_directives(
     client: Client, book: Book, name: str
 ) -> None:
-    arg = book.pk if name == "book-detail" else book.branch_id
-    response = client.get(reverse(name, args=[arg]))
+    args = {"home": [], "book-detail": [book.pk]}.get(name, [book.branch_id])
+    response = client.get(reverse(name, args=args))
     assert response["Cache-Control"].startswith("public, max-age=")
 
 

@@ -1,11 +1,11 @@
 """Which anonymous pages the page tier keeps, and under which key.
 
-The branch is the tenant, and the path and the parameters the page reads are the
-criteria. A book page names the book's version in its key, read from the book's
-version record in Redis (``library.cache.reads.versions``), so a hit asks the
-database nothing; a catalogue page depends on the branch's list or search
-generation. The hottest page kind is split into
-``HOT_COPIES`` keys.
+The branch is the tenant (the library as a whole for the home page, which adds up
+every branch), and the path and the parameters the page reads are the criteria. A
+book page names the book's version in its key, read from the book's version record
+in Redis (``library.cache.reads.versions``), so a hit asks the database nothing; a
+catalogue page depends on the branch's list or search generation; the home page
+only ages. The hottest page kind is split into ``HOT_COPIES`` keys.
 
 Only the parameters a page reads are in its key, each in its canonical form, so a
 parameter the page ignores (``utm_source``, a cache buster) cannot make a key of its
@@ -159,6 +159,16 @@ def _book_key(
     return key, None
 
 
+def _home_key(
+    path: str, kwargs: dict[str, Any], query: Query, record: BookVersion | None
+) -> tuple[str, str | None]:
+    # Every branch's figures: no event retires them, the short lifetime ages them.
+    key = PAGE.key(
+        tenant=specs.library_tenant(), criteria=_criteria(path, "home", query)
+    )
+    return key, None
+
+
 def _book_record(kwargs: dict[str, Any]) -> str:
     return specs.book_record(int(kwargs["book_id"]))
 
@@ -182,6 +192,9 @@ PAGES: Final[dict[str, PageKind]] = {
         params={"q": _search_text, "page": _page_number},
     ),
     "branch-stock": PageKind(key=_stock_list_key, lifetime_s=60, jitter_s=15),
+    # The landing page: the sum of every branch's stock, as old as a branch's
+    # figures may be (``CACHE_STOCK_FRESH_S``, 5 s by default) plus this lifetime.
+    "home": PageKind(key=_home_key, lifetime_s=5, jitter_s=1),
     "book-detail": PageKind(
         key=_book_key,
         lifetime_s=600,

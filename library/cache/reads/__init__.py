@@ -11,6 +11,9 @@ book       book:s1:g1:tbranch-B:detail:    cache-aside, local tier 1 h + [0, 10 
 stock      stock:s1:g1:tbranch-B:branch    stale-while-revalidate  5 s fresh +
                                            retired by              30 s stale
                                            cache_invalidation
+stock      stock:s1:g1:tlibrary:branch:    stale-while-revalidate  as above
+           view=overview                   (every branch; ages,
+                                           never retired)
 list       list:s1:gG:tbranch-B:books:     cache-aside, generation 120 s + [0, 30 s)
            page=P                          bumped on every change
 search     search:s1:gG:tbranch-B:books:   as list                 as list
@@ -46,7 +49,7 @@ from __future__ import annotations
 
 from library.cache.reads.books import CachedBook, book_detail
 from library.cache.reads.books import book_origin as book_origin
-from library.cache.reads.branches import BranchPage, branch_page
+from library.cache.reads.branches import BranchPage, branch_page, library_overview
 from library.cache.reads.catalogue import branch_books_page, branch_stock_list
 from library.cache.reads.history import member_history_page
 from library.cache.reads.invalidation import change_invalidate
@@ -97,6 +100,7 @@ __all__ = [
     "branch_stock_list",
     "branch_tenant",
     "change_invalidate",
+    "library_overview",
     "member_history_page",
     "member_tenant",
     "search_canonical",

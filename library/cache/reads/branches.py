@@ -1,7 +1,12 @@
-"""The branch page: stale-while-revalidate, retired on change."""
+"""The branch page and the library's overview: stale-while-revalidate.
+
+A branch's page is retired on change; the overview (every branch) only ages.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,20 +29,32 @@ class BranchPage:
     busiest_books: list[Book]  # with loan_count set
 
 
+def _branch_row(b: Branch) -> dict[str, Any]:
+    # ``b`` is annotated by ``selectors.branch_list_with_stock``.
+    return {
+        "id": b.pk,
+        "name": b.name,
+        "city": b.city,
+        "shelf_total": b.shelf_total,  # type: ignore[attr-defined]
+        "book_count": b.book_count,  # type: ignore[attr-defined]
+        "open_loans": b.open_loans,  # type: ignore[attr-defined]
+    }
+
+
+def _branch_of(fields: dict[str, Any]) -> Branch:
+    branch = Branch(id=fields["id"], name=fields["name"], city=fields["city"])
+    branch.shelf_total = fields["shelf_total"]  # type: ignore[attr-defined]
+    branch.book_count = fields["book_count"]  # type: ignore[attr-defined]
+    branch.open_loans = fields["open_loans"]  # type: ignore[attr-defined]
+    return branch
+
+
 def _branch_origin(branch_id: int) -> dict[str, Any]:
     detail = selectors.branch_detail(branch_id=branch_id)
     if detail is None:
         raise Absent
-    b = detail.branch
     return {
-        "branch": {
-            "id": b.pk,
-            "name": b.name,
-            "city": b.city,
-            "shelf_total": b.shelf_total,
-            "book_count": b.book_count,
-            "open_loans": b.open_loans,
-        },
+        "branch": _branch_row(detail.branch),
         "busiest": [
             {
                 "id": book.pk,
@@ -67,11 +84,7 @@ def branch_page(*, branch_id: int) -> BranchPage | None:
         )
     except Absent:
         return None
-    fields = value["branch"]
-    branch = Branch(id=fields["id"], name=fields["name"], city=fields["city"])
-    branch.shelf_total = fields["shelf_total"]  # type: ignore[attr-defined]
-    branch.book_count = fields["book_count"]  # type: ignore[attr-defined]
-    branch.open_loans = fields["open_loans"]  # type: ignore[attr-defined]
+    branch = _branch_of(value["branch"])
     busiest = []
     for row in value["busiest"]:
         book = Book(
@@ -84,3 +97,29 @@ def branch_page(*, branch_id: int) -> BranchPage | None:
         book.loan_count = row["loan_count"]  # type: ignore[attr-defined]
         busiest.append(book)
     return BranchPage(branch=branch, busiest_books=busiest)
+
+
+def _overview_origin() -> list[dict[str, Any]]:
+    return [_branch_row(b) for b in selectors.branch_list_with_stock()]
+
+
+def overview_key() -> str:
+    return STOCK.key(tenant=specs.library_tenant(), criteria={"view": "overview"})
+
+
+def library_overview(*, clock: Callable[[], float] = time.time) -> list[Branch]:
+    """Return every branch with its stock figures, at most seconds old.
+
+    The home page's figures add up every branch, so no single loan's event retires
+    them (a busy library would rebuild them on every loan): they are served
+    stale-while-revalidate like a branch's, fresh for ``CACHE_STOCK_FRESH_S``.
+    """
+    rows, _ = stale_while_revalidate(
+        key=overview_key(),
+        namespace=STOCK.namespace,
+        produce=_overview_origin,
+        fresh_s=settings.CACHE_STOCK_FRESH_S,
+        stale_s=STOCK_STALE_S,
+        clock=clock,
+    )
+    return [_branch_of(fields) for fields in rows]

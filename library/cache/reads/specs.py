@@ -39,6 +39,11 @@ def branch_tenant(branch_id: int) -> str:
     return f"branch-{branch_id}"
 
 
+def library_tenant() -> str:
+    """Return the tenant of figures that add up every branch (the home page's)."""
+    return "library"
+
+
 def member_tenant(member_id: int) -> str:
     """Return the tenant of one member's own data (never shared with another)."""
     return f"member-{member_id}"
