@@ -30,10 +30,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.urls import reverse
@@ -49,11 +51,13 @@ from course.policies import Refusal, Usage, quota_check, run_cost
 from course.ratelimits import minute_take
 from course.services.labqueue import Requester, requester_limits
 from course.textbook import (
+    MEMORY,
     RUN,
     model_cache_dir,
     model_key,
     model_key_valid,
     model_tables_from,
+    model_tables_in_memory,
     model_tables_keep,
     model_tables_kept,
 )
@@ -246,6 +250,12 @@ def explore_params(
     }
 
 
+def explore_free(lab: Lab[Any], params: Params) -> bool:
+    """Whether anyone may explore ``params``, signed in or not: no larger than an
+    anonymous run may be (then ``explore_refusal`` needs no user)."""
+    return run_cost(lab, params) <= settings.LAB_ANON_COST_PER_RUN
+
+
 def explore_refusal(
     lab: Lab[Any], params: Params, user: AbstractBaseUser | AnonymousUser
 ) -> Refusal | None:
@@ -256,9 +266,9 @@ def explore_refusal(
     per-run budget holds as for a queued run. Nothing is counted: a model answer
     is no run.
     """
-    cost = run_cost(lab, params)
-    if cost <= settings.LAB_ANON_COST_PER_RUN:
+    if explore_free(lab, params):
         return None  # the common case asks nothing of the session or the database
+    cost = run_cost(lab, params)
     limits = requester_limits(Requester(visitor="", client="", user=user))
     return quota_check(
         limits=limits,
@@ -329,6 +339,28 @@ def explore_serve(
             return Throttled(BUSY_RETRY_S, BUSY_TEXT, status=503)
     tables, source = kept
     return Served(key, tables, source, (time.perf_counter() - began) * 1000)
+
+
+# The threads where a request that is not answered from memory waits for the disk
+# or the model. Not Django's one thread for sync code: a wait there would hold up
+# every other sync request of the process (a kept set behind a new one) for as long
+# as a model run takes. A waiting thread costs no CPU; a run's own cost is bounded
+# by the model processes and ``explore_serve``'s per-minute quota.
+_WAITERS: Final = ThreadPoolExecutor(max_workers=32, thread_name_prefix="explore")
+
+
+async def explore_serve_async(
+    lab: Lab[Any], params: Params, *, who: Callable[[], str]
+) -> Served | Throttled:
+    """``explore_serve`` for an async view: a set this process keeps in memory is
+    answered on the event loop; any other in one of the ``_WAITERS`` threads."""
+    began = time.perf_counter()
+    key = model_key(lab, params)
+    tables = model_tables_in_memory(lab, key)
+    if tables is not None:
+        return Served(key, tables, MEMORY, (time.perf_counter() - began) * 1000)
+    serve = sync_to_async(explore_serve, thread_sensitive=False, executor=_WAITERS)
+    return await serve(lab, params, who=who)
 
 
 def _run(lab: Lab[Any], params: Params) -> tuple[Tables, str] | None:

@@ -268,20 +268,31 @@ def model_tables_kept(lab: Lab[Any], key: str) -> tuple[Tables, str] | None:
     """Return the tables kept under ``key`` (``model_key``) and where, without
     running the model: None when neither this process nor the disk has them (or
     ``key`` is not a digest: it may come from a request)."""
+    found = model_tables_in_memory(lab, key)
+    if found is not None:
+        return found, MEMORY
     if not model_key_valid(key):
         return None
     path = _model_path(lab, key)
-    with _memory_lock:
-        found = _memory.get(str(path))
-        if found is not None:
-            _memory.move_to_end(str(path))
-            return found, MEMORY
     try:
         cached: Tables = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     _remember(path, cached)
     return cached, DISK
+
+
+def model_tables_in_memory(lab: Lab[Any], key: str) -> Tables | None:
+    """Return the tables this process keeps under ``key``, or None: no I/O, so an
+    event loop may ask."""
+    if not model_key_valid(key):
+        return None
+    path = str(_model_path(lab, key))
+    with _memory_lock:
+        found = _memory.get(path)
+        if found is not None:
+            _memory.move_to_end(path)
+        return found
 
 
 def _model_path(lab: Lab[Any], key: str) -> Path:

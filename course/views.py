@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.http import (
     Http404,
     HttpRequest,
@@ -33,10 +35,11 @@ from course.explore import (
     Throttled,
     explore_body,
     explore_etag,
+    explore_free,
     explore_lab,
     explore_params,
     explore_refusal,
-    explore_serve,
+    explore_serve_async,
     explore_since,
 )
 from course.forms import LabForm
@@ -554,13 +557,17 @@ def _tables(job: Any) -> dict[str, Any]:
 
 
 @require_GET
-def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
+async def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
     """The model's tables (and charts) for the query's parameter set, as JSON.
 
     Parsed as the lab form parses; no run, record or quota (``course.explore``).
     400 with the field errors, 403 for a set too costly without an account, 429
     with Retry-After past the minute's new sets (503 when the process's model runs
     stay taken); 304 for an answer already held.
+
+    Async: a class moving sliders asks many of these at once, and a new set waits
+    for a model run. A sync view would wait in Django's one thread for sync code,
+    and every request of the process would queue behind it (``explore_serve_async``).
     """
     lesson = _lesson_or_404(slug)
     lab = explore_lab(lesson.slug)
@@ -569,14 +576,17 @@ def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
     params, errors = explore_params(lab, request.GET)
     if params is None:
         return _unstored(JsonResponse({"errors": errors}, status=400))
-    refusal = explore_refusal(lab, params, request.user)
-    if refusal is not None:
-        return _explore_refused(refusal)
+    user = await request.auser()
+    if not explore_free(lab, params):
+        refusal = await sync_to_async(explore_refusal)(lab, params, user)
+        if refusal is not None:
+            return _explore_refused(refusal)
     since = explore_since(request.GET.get("since", ""))
     etag = explore_etag(lab, params, since)
     if _etag_held(request, etag):
         return _explore_cached(HttpResponseNotModified(), etag)
-    served = explore_serve(lab, params, who=lambda: rate_subject(request))
+    subject = rate_subject_of(user, request)
+    served = await explore_serve_async(lab, params, who=lambda: subject)
     if isinstance(served, Throttled):
         response = _unstored(
             JsonResponse({"error": served.message}, status=served.status)
@@ -593,9 +603,15 @@ def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
 def rate_subject(request: HttpRequest) -> str:
     """Whose minute a model run counts in (a new explored parameter set, a checked
     challenge answer): the signed-in learner's, or the client address's."""
-    user_id = _user_id(request)
-    if user_id is not None:
-        return f"user:{user_id}"
+    return rate_subject_of(request.user, request)
+
+
+def rate_subject_of(
+    user: AbstractBaseUser | AnonymousUser, request: HttpRequest
+) -> str:
+    """``rate_subject`` with the user already known (an async view's ``auser``)."""
+    if user.is_authenticated and user.is_active:
+        return f"user:{user.pk}"
     return f"addr:{client_digest(client_address(request))}"
 
 
