@@ -75,16 +75,21 @@ def _channel_layer_per_test() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _lesson_pages_per_test() -> Iterator[None]:
-    """Start each test without the lesson pages an earlier test had stored.
+    """Start each test without the lesson pages an earlier test had stored, nor
+    the headers the explorable answers' front captured.
 
-    They are kept in this process's memory (``course.lesson_cache``), and a test may
-    change what a page shows (settings, rows, the lesson files themselves).
+    They are kept in this process's memory (``course.lesson_cache``,
+    ``course.explore_front``), and a test may change what a page shows (settings,
+    rows, the lesson files themselves).
     """
+    from course.explore_front import captured_clear
     from course.lesson_cache import shared_pages_clear
 
     shared_pages_clear()
+    captured_clear()
     yield
     shared_pages_clear()
+    captured_clear()
 
 
 @pytest.fixture(scope="session", autouse=True)

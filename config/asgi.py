@@ -17,6 +17,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from course.explore_front import ExploreFront  # noqa: E402
 from course.instruments.routes import LabRoutes  # noqa: E402
 from course.lesson_front import LessonPageASGI  # noqa: E402
 from jobs.shedding import AdmissionControl, ASGIApp  # noqa: E402
@@ -62,8 +63,11 @@ application = ProtocolTypeRouter(
         # Load shedding refuses overload first (jobs.shedding); stored anonymous
         # pages are then answered without entering Django, and event streams and
         # long polls are served on the event loop, a coroutine each, no thread.
-        # The shared lesson page too (course.lesson_front).
-        "http": http_stack(StreamFront(LessonPageASGI(PageTierASGI(django_asgi_app)))),
+        # The shared lesson page too (course.lesson_front), and the explorable
+        # answers this process keeps (course.explore_front).
+        "http": http_stack(
+            StreamFront(LessonPageASGI(ExploreFront(PageTierASGI(django_asgi_app))))
+        ),
         "websocket": SameOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -349,16 +349,26 @@ def explore_serve(
 _WAITERS: Final = ThreadPoolExecutor(max_workers=32, thread_name_prefix="explore")
 
 
+def explore_served_from_memory(
+    lab: Lab[Any], params: Params, *, began: float
+) -> Served | None:
+    """Return ``params``'s tables if this process keeps them in memory: no I/O, so
+    an event loop may ask. ``began`` is when the request's clock started."""
+    key = model_key(lab, params)
+    tables = model_tables_in_memory(lab, key)
+    if tables is None:
+        return None
+    return Served(key, tables, MEMORY, (time.perf_counter() - began) * 1000)
+
+
 async def explore_serve_async(
     lab: Lab[Any], params: Params, *, who: Callable[[], str]
 ) -> Served | Throttled:
     """``explore_serve`` for an async view: a set this process keeps in memory is
     answered on the event loop; any other in one of the ``_WAITERS`` threads."""
-    began = time.perf_counter()
-    key = model_key(lab, params)
-    tables = model_tables_in_memory(lab, key)
-    if tables is not None:
-        return Served(key, tables, MEMORY, (time.perf_counter() - began) * 1000)
+    served = explore_served_from_memory(lab, params, began=time.perf_counter())
+    if served is not None:
+        return served
     serve = sync_to_async(explore_serve, thread_sensitive=False, executor=_WAITERS)
     return await serve(lab, params, who=who)
 

@@ -11,14 +11,12 @@ from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
-    HttpResponseNotModified,
     JsonResponse,
 )
 from django.http.response import HttpResponseRedirectBase
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
-from django.utils.http import parse_etags
 from django.views.decorators.http import require_GET, require_POST
 
 from course.access import SHARE_PARAM, lab_run_owned, lab_run_readable, share_token
@@ -31,9 +29,7 @@ from course.compare import (
     tables_compared,
 )
 from course.explore import (
-    ANSWER_MAX_AGE_S,
     Throttled,
-    explore_body,
     explore_etag,
     explore_free,
     explore_lab,
@@ -41,6 +37,11 @@ from course.explore import (
     explore_refusal,
     explore_serve_async,
     explore_since,
+)
+from course.explore_front import (
+    explore_etag_held,
+    explore_response,
+    explore_unchanged,
 )
 from course.forms import LabForm
 from course.labs.harness.base import Lab
@@ -583,8 +584,8 @@ async def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
             return _explore_refused(refusal)
     since = explore_since(request.GET.get("since", ""))
     etag = explore_etag(lab, params, since)
-    if _etag_held(request, etag):
-        return _explore_cached(HttpResponseNotModified(), etag)
+    if explore_etag_held(request.headers.get("If-None-Match", ""), etag):
+        return explore_unchanged(etag)
     subject = rate_subject_of(user, request)
     served = await explore_serve_async(lab, params, who=lambda: subject)
     if isinstance(served, Throttled):
@@ -593,11 +594,7 @@ async def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
         )
         response["Retry-After"] = str(served.retry_after_s)
         return response
-    body = explore_body(lab, params, served, since=since)
-    response = _explore_cached(JsonResponse(body), etag)
-    response["X-Model-Source"] = served.source
-    response["Server-Timing"] = f"model;dur={served.duration_ms:.1f}"
-    return response
+    return explore_response(lab, params, served, since=since, etag=etag)
 
 
 def rate_subject(request: HttpRequest) -> str:
@@ -613,19 +610,6 @@ def rate_subject_of(
     if user.is_authenticated and user.is_active:
         return f"user:{user.pk}"
     return f"addr:{client_digest(client_address(request))}"
-
-
-def _etag_held(request: HttpRequest, etag: str) -> bool:
-    held = parse_etags(request.headers.get("If-None-Match", ""))
-    return etag in held or "*" in held
-
-
-def _explore_cached(response: HttpResponse, etag: str) -> HttpResponse:
-    # The same query always gets the same tables (for this version of the labs):
-    # the browser may keep them, and asks again with If-None-Match after.
-    response["ETag"] = etag
-    response["Cache-Control"] = f"public, max-age={ANSWER_MAX_AGE_S}"
-    return response
 
 
 def _unstored(response: HttpResponse) -> HttpResponse:
