@@ -578,6 +578,24 @@ def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+def speed_probe_ms(rounds: int = 3) -> float:
+    """Return the best of ``rounds`` timings of a fixed loop of Python, in ms.
+
+    The hosts these run on differ, and one host's speed changes with its
+    neighbours (the same runs have taken twice the CPU seconds an hour apart):
+    a figure in milliseconds or a share of the machine only compares with
+    another taken at a similar probe. Ratios measured in one run do not need it.
+    """
+    best = float("inf")
+    for _ in range(rounds):
+        began = time.perf_counter()
+        total = 0
+        for n in range(1_000_000):
+            total += n
+        best = min(best, time.perf_counter() - began)
+    return round(best * 1000, 1)
+
+
 def machine_info() -> dict[str, Any]:
     """Describe where the numbers came from, including the code's exact state."""
 
@@ -594,9 +612,15 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in load],
+        "speed_probe_ms": speed_probe_ms(),
         "git_commit": git("rev-parse", "HEAD"),
         "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
     }
+
+
+def _probe_said(machine: dict[str, Any]) -> str:
+    probe = machine.get("speed_probe_ms")  # absent from results written before it
+    return "" if probe is None else f", speed probe {probe} ms (lower is faster)"
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -653,7 +677,8 @@ def markdown_page(
             f"- date: {document['date']}",
             *(database if show_database else []),
             f"- machine: {machine['cpus']} CPUs, {machine['platform']}, Python"
-            f" {machine['python']}, load at start {machine['load_average_at_start']}",
+            f" {machine['python']}, load at start {machine['load_average_at_start']}"
+            + _probe_said(machine),
             f"- code: {machine['git_commit'][:12]}{dirty}",
             f"- command: `{document['command']}`",
             *details,
