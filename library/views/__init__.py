@@ -48,9 +48,9 @@ class HttpResponseSeeOther(HttpResponseRedirect):
 def home(request: HttpRequest) -> HttpResponse:
     branches = reads.library_overview()
     totals = {
-        "shelf": sum(b.shelf_total for b in branches),  # type: ignore[attr-defined]
-        "books": sum(b.book_count for b in branches),  # type: ignore[attr-defined]
-        "open_loans": sum(b.open_loans for b in branches),  # type: ignore[attr-defined]
+        "shelf": sum(b.shelf_total for b in branches),
+        "books": sum(b.book_count for b in branches),
+        "open_loans": sum(b.open_loans for b in branches),
     }
     response = render(
         request, "library/home.html", {"branches": branches, "totals": totals}
