@@ -1,8 +1,10 @@
 """The hand-written statements of a drain pass do what the ORM's statements did.
 
-On PostgreSQL the claim is one statement (``claim._claim_one_statement``): it is
-run here beside the ORM claim it replaced (``claim._claim_skip_locked``), on the
-same rows, and must leave the same rows and return the same batch.
+On PostgreSQL the claim is one statement (``claim._claim_one_statement``) and the
+relay three (``publish._relay_returning``): each is run here beside the ORM code it
+replaced (``claim._claim_skip_locked``, ``publish._relay_orm``), on the same rows,
+and must leave the same rows and return the same batch. The partitions' heads are
+read by one statement on both databases; their tests are the partition tests.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from django.conf import settings
 from django.db import transaction
 from django.forms.models import model_to_dict
 
-from messaging.models import Delivery, OutboxMessage
+from messaging.models import Delivery, OutboxMessage, SubscriptionState
 from messaging.registry import SUBSCRIPTIONS
-from messaging.services import claim
+from messaging.services import claim, publish
 from messaging.services.claim import deliveries_claim, lane_subscriptions
 
 pytestmark = pytest.mark.skipif(
     settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
-    reason="the hand-written claim is PostgreSQL's",
+    reason="the hand-written claim and relay are PostgreSQL's",
 )
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
@@ -155,3 +157,77 @@ def test_the_claim_of_another_lane_takes_only_its_subscriptions():
             "message_id", flat=True
         )
     )
+
+
+# --- the relay ----------------------------------------------------------------------
+
+
+def _relayed() -> tuple[list[tuple[Any, ...]], list[tuple[int, bool]]]:
+    copies = [
+        (
+            d["message"],
+            d["subscription"],
+            d["partition"],
+            d["status"],
+            d["attempts"],
+            d["failures"],
+            d["group_tries"],
+            d["leased_until"],
+            d["lease_owner"],
+            d["last_error"],
+            d["first_failed_at"],
+            d["last_failed_at"],
+            d["done_at"],
+            d["available_at"] is not None,
+        )
+        for d in _state()
+    ]
+    marks = [
+        (m.pk, m.relayed_at is not None) for m in OutboxMessage.objects.order_by("id")
+    ]
+    return sorted(copies), marks
+
+
+@pytest.mark.django_db
+def test_the_relay_writes_the_copies_the_orm_relay_wrote():
+    SubscriptionState.objects.create(name="lab_late", active=True, starts_after=0)
+    first = _message(1, key="7")
+    for n, key in enumerate(["7", "8", "book-9", "10"]):
+        _message(n, key=key)
+    _message(5, type="stock_corrected", key="11")
+    _message(6, type="lab_probe", key="run-1")
+    # A paused subscription, and one that starts after the second message.
+    SubscriptionState.objects.update_or_create(
+        name="lab_late", defaults={"active": False, "starts_after": 0}
+    )
+    SubscriptionState.objects.update_or_create(
+        name="broadcast", defaults={"active": True, "starts_after": first.pk + 1}
+    )
+    # A copy written already (a relay that raced this one): not written twice.
+    Delivery.objects.create(
+        message=first, subscription="notification", available_at=NOW
+    )
+    with transaction.atomic():
+        lanes: set[str] = set()
+        count = publish._relay_orm(limit=500, lanes=lanes)
+        expected = (count, lanes, _relayed())
+        transaction.set_rollback(True)
+    lanes = set()
+    count = publish.relay_pending(lanes=lanes)
+    assert (count, lanes, _relayed()) == expected
+    assert count == 7
+    assert publish.relay_pending() == 0
+
+
+@pytest.mark.django_db
+def test_the_relay_takes_the_oldest_messages_up_to_its_limit():
+    messages = [_message(n, key=str(n)) for n in range(5)]
+    assert publish.relay_pending(limit=3) == 3
+    relayed = set(
+        OutboxMessage.objects.filter(relayed_at__isnull=False).values_list(
+            "pk", flat=True
+        )
+    )
+    assert relayed == {m.pk for m in messages[:3]}
+    assert set(Delivery.objects.values_list("message_id", flat=True)) == relayed
+    assert publish.relay_pending(limit=3) == 2
