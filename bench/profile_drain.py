@@ -131,6 +131,15 @@ def setup(database_url: str) -> None:
     redis.zadd(dispatch.DRAINERS_KEY, {"profile": time.time() + 86400})
 
 
+def retire() -> None:
+    """Take back the announcement: Redis database 11 is also a test database."""
+    import django_rq
+
+    from messaging import dispatch
+
+    django_rq.get_connection("messaging").zrem(dispatch.DRAINERS_KEY, "profile")
+
+
 class Library:
     """The seeded rows and the loans issued against them."""
 
@@ -433,7 +442,10 @@ def main(argv: list[str]) -> int:
     url = POSTGRES_URL if options.postgres else f"sqlite:///{SQLITE_PATH}"
     recreate(url)
     setup(url)
-    results = run(options)
+    try:
+        results = run(options)
+    finally:
+        retire()
     if options.json:
         options.json.write_text(json.dumps(results, indent=1))
     return 0
