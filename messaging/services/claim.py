@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -11,8 +12,9 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from messaging.models import Delivery
+from messaging.models import Delivery, OutboxMessage
 from messaging.registry import SUBSCRIPTIONS
+from messaging.services.rows import column, reader, table
 
 
 def due(now: datetime.datetime) -> Q:
@@ -46,6 +48,21 @@ def deliveries_claim(
     steady stream of fresh work.
     """
     names = lane_subscriptions(lane)
+    # Read inside the claim's transaction: on SQLite its start can wait seconds for
+    # the write lock, and a lease counted from before that wait would be shorter
+    # than promised (or over before the batch is even ours).
+    clock = timezone.now if now is None else lambda: now
+    if connection.vendor == "postgresql":
+        return _claim_one_statement(names, owner=owner, clock=clock, limit=limit)
+    return _claim_compare_and_set(_due_in(names), owner=owner, clock=clock, limit=limit)
+
+
+_Clock = Callable[[], datetime.datetime]
+_DueAt = Callable[[datetime.datetime], Any]
+
+
+def _due_in(names: list[str]) -> _DueAt:
+    """Return the due deliveries of ``names`` at a moment, as a queryset."""
 
     def due_at(at: datetime.datetime) -> Any:
         # Partitioned deliveries are taken a partition at a time
@@ -54,17 +71,7 @@ def deliveries_claim(
             due(at), partition__isnull=True, subscription__in=names
         )
 
-    # Read inside the claim's transaction: on SQLite its start can wait seconds for
-    # the write lock, and a lease counted from before that wait would be shorter
-    # than promised (or over before the batch is even ours).
-    clock = timezone.now if now is None else lambda: now
-    if connection.vendor == "postgresql":
-        return _claim_skip_locked(due_at, owner=owner, clock=clock, limit=limit)
-    return _claim_compare_and_set(due_at, owner=owner, clock=clock, limit=limit)
-
-
-_Clock = Callable[[], datetime.datetime]
-_DueAt = Callable[[datetime.datetime], Any]
+    return due_at
 
 
 def lease_length(subscription_name: str) -> datetime.timedelta:
@@ -81,9 +88,111 @@ def _batch_order(due: Any) -> Any:
     return due.order_by("available_at", "id")
 
 
+@functools.cache
+def _claim_sql() -> str:
+    """Return the claim as one statement (PostgreSQL), its names from the models.
+
+    1. ``fresh``: up to ``limit`` due deliveries never tried, oldest first, locked
+       (SKIP LOCKED: a concurrent claim takes others, never the same ones).
+    2. ``retried``: at most one due delivery tried before, locked the same way.
+    3. ``picked``: both, each fresh one marked for the group when two or more of
+       them are not ``outside`` subscriptions (``groupable``).
+    4. The UPDATE counts each attempt, the group try, and leases each row for its
+       subscription's lease (``leases``, one row per subscription of the lane);
+       RETURNING hands back the rows with their messages.
+    """
+    d, m = "d", "m"
+    delivery, message = table(Delivery), table(OutboxMessage)
+
+    def c(field: str) -> str:
+        return column(Delivery, field)
+
+    due = (
+        f"{c('status')} = %(pending)s AND {c('available_at')} <= %(now)s"
+        f" AND ({c('leased_until')} IS NULL OR {c('leased_until')} < %(now)s)"
+        f" AND {c('partition')} IS NULL AND {c('subscription')} = ANY(%(names)s)"
+    )
+    order = f"ORDER BY {c('available_at')}, {c('id')}"
+    returned = ", ".join(
+        (reader(Delivery, d).columns, reader(OutboxMessage, m).columns)
+    )
+    return f"""
+        WITH fresh AS (
+            SELECT {c("id")} AS id, {c("subscription")} AS subscription
+            FROM {delivery} WHERE {due} AND {c("attempts")} = 0
+            {order} LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        ), retried AS (
+            SELECT {c("id")} AS id FROM {delivery} WHERE {due} AND {c("attempts")} > 0
+            {order} LIMIT 1 FOR UPDATE SKIP LOCKED
+        ), together AS (
+            SELECT count(*) >= 2 AS yes FROM fresh
+            WHERE NOT (subscription = ANY(%(outside)s))
+        ), picked AS (
+            SELECT fresh.id,
+                   (together.yes AND NOT (subscription = ANY(%(outside)s))) AS grouped
+            FROM fresh, together
+            UNION ALL
+            SELECT retried.id, false FROM retried
+        ), leases AS (
+            SELECT * FROM unnest(%(lease_names)s::varchar[], %(leases)s::interval[])
+                AS lease(subscription, length)
+        )
+        UPDATE {delivery} AS {d} SET
+            {c("attempts")} = {d}.{c("attempts")} + 1,
+            {c("group_tries")} = {d}.{c("group_tries")} + picked.grouped::int,
+            {c("lease_owner")} = %(owner)s,
+            {c("leased_until")} = %(now)s::timestamptz + leases.length
+        FROM picked, leases, {message} AS {m}
+        WHERE {d}.{c("id")} = picked.id
+            AND leases.subscription = {d}.{c("subscription")}
+            AND {m}.{column(OutboxMessage, "id")} = {d}.{c("message")}
+        RETURNING {returned}
+    """
+
+
+def _claim_one_statement(
+    names: list[str], *, owner: str, clock: _Clock, limit: int
+) -> list[Delivery]:
+    """Claim as ``_claim_skip_locked`` does, in one statement (PostgreSQL).
+
+    The ORM's claim took two locking reads and an UPDATE per lease length, about a
+    third of an empty pass's CPU spent building SQL; this statement is built once
+    per process. The batch comes back in the ORM claim's order: the fresh rows by
+    (available_at, id), then the one tried before.
+    """
+    outside = [name for name in names if SUBSCRIPTIONS[name].outside]
+    deliveries, messages = reader(Delivery, "d"), reader(OutboxMessage, "m")
+    # One statement is its own transaction: no BEGIN and COMMIT around it.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _claim_sql(),
+            {
+                "pending": Delivery.Status.PENDING.value,
+                "now": clock(),
+                "names": names,
+                "limit": limit,
+                "outside": outside,
+                "lease_names": names,
+                "leases": [lease_length(name) for name in names],
+                "owner": owner,
+            },
+        )
+        rows = cursor.fetchall()
+    claimed = []
+    for row in rows:
+        delivery = deliveries.read(row)
+        delivery.message = messages.read(row[deliveries.width :])
+        claimed.append(delivery)
+    # attempts is 1 on a fresh row now; a row tried before goes last.
+    claimed.sort(key=lambda d: (d.attempts > 1, d.available_at, d.pk))
+    return claimed
+
+
 def _claim_skip_locked(
     due_at: _DueAt, *, owner: str, clock: _Clock, limit: int
 ) -> list[Delivery]:
+    """The ORM's claim on PostgreSQL: the reference ``_claim_one_statement`` is
+    tested against (messaging/tests/test_claim_statement.py)."""
     with transaction.atomic():
         now = clock()
         locked = (
