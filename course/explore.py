@@ -30,12 +30,10 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.urls import reverse
@@ -341,14 +339,6 @@ def explore_serve(
     return Served(key, tables, source, (time.perf_counter() - began) * 1000)
 
 
-# The threads where a request that is not answered from memory waits for the disk
-# or the model. Not Django's one thread for sync code: a wait there would hold up
-# every other sync request of the process (a kept set behind a new one) for as long
-# as a model run takes. A waiting thread costs no CPU; a run's own cost is bounded
-# by the model processes and ``explore_serve``'s per-minute quota.
-_WAITERS: Final = ThreadPoolExecutor(max_workers=32, thread_name_prefix="explore")
-
-
 def explore_served_from_memory(
     lab: Lab[Any], params: Params, *, began: float
 ) -> Served | None:
@@ -359,18 +349,6 @@ def explore_served_from_memory(
     if tables is None:
         return None
     return Served(key, tables, MEMORY, (time.perf_counter() - began) * 1000)
-
-
-async def explore_serve_async(
-    lab: Lab[Any], params: Params, *, who: Callable[[], str]
-) -> Served | Throttled:
-    """``explore_serve`` for an async view: a set this process keeps in memory is
-    answered on the event loop; any other in one of the ``_WAITERS`` threads."""
-    served = explore_served_from_memory(lab, params, began=time.perf_counter())
-    if served is not None:
-        return served
-    serve = sync_to_async(explore_serve, thread_sensitive=False, executor=_WAITERS)
-    return await serve(lab, params, who=who)
 
 
 def _run(lab: Lab[Any], params: Params) -> tuple[Tables, str] | None:

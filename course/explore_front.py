@@ -3,14 +3,14 @@
 A class moving sliders asks one daphne for some thirty answers a second, most of
 them parameter sets already kept (a slider dragged back, a value another learner
 tried). The view's own work for such an answer is about a millisecond; Django's
-middleware stack around it (sessions, CSRF, auth, messages, each stepping into
-Django's thread for sync code and back) cost several times that, and under a class
-the process's one core was the queue every answer waited in. This front answers an
-anonymous request for a set this process keeps in memory (or one the client holds
-already: a 304) before Django is entered, with the bytes and headers the view would
-send (``explore_response``) plus the headers the stack added to the last answer
-Django sent for this site (captured on the way out, as ``course.lesson_front`` does
-for the lesson page).
+middleware stack around it (sessions, CSRF, auth, messages, each stepping into the
+request's thread for sync code and back) cost several times that, and under a
+class the process's one interpreter was the queue every answer waited in. This
+front answers an anonymous request for a set this process keeps in memory (or one
+the client holds already: a 304) before Django is entered, with the bytes and
+headers the view would send (``explore_response``) plus the headers the stack
+added to the last answer Django sent for this site (captured on the way out, as
+``course.lesson_front`` does for the lesson page).
 
 Anything else goes to Django unchanged: a session or a flash message, a host that
 is not allowed, plain HTTP the security middleware would redirect, a parameter set

@@ -5,8 +5,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.http import (
     Http404,
     HttpRequest,
@@ -31,11 +29,10 @@ from course.compare import (
 from course.explore import (
     Throttled,
     explore_etag,
-    explore_free,
     explore_lab,
     explore_params,
     explore_refusal,
-    explore_serve_async,
+    explore_serve,
     explore_since,
 )
 from course.explore_front import (
@@ -558,17 +555,15 @@ def _tables(job: Any) -> dict[str, Any]:
 
 
 @require_GET
-async def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
+def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
     """The model's tables (and charts) for the query's parameter set, as JSON.
 
     Parsed as the lab form parses; no run, record or quota (``course.explore``).
     400 with the field errors, 403 for a set too costly without an account, 429
     with Retry-After past the minute's new sets (503 when the process's model runs
-    stay taken); 304 for an answer already held.
-
-    Async: a class moving sliders asks many of these at once, and a new set waits
-    for a model run. A sync view would wait in Django's one thread for sync code,
-    and every request of the process would queue behind it (``explore_serve_async``).
+    stay taken); 304 for an answer already held. An anonymous request for a set
+    kept in memory is answered before Django by ``course.explore_front``, with the
+    same bytes.
     """
     lesson = _lesson_or_404(slug)
     lab = explore_lab(lesson.slug)
@@ -577,17 +572,14 @@ async def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
     params, errors = explore_params(lab, request.GET)
     if params is None:
         return _unstored(JsonResponse({"errors": errors}, status=400))
-    user = await request.auser()
-    if not explore_free(lab, params):
-        refusal = await sync_to_async(explore_refusal)(lab, params, user)
-        if refusal is not None:
-            return _explore_refused(refusal)
+    refusal = explore_refusal(lab, params, request.user)
+    if refusal is not None:
+        return _explore_refused(refusal)
     since = explore_since(request.GET.get("since", ""))
     etag = explore_etag(lab, params, since)
     if explore_etag_held(request.headers.get("If-None-Match", ""), etag):
         return explore_unchanged(etag)
-    subject = rate_subject_of(user, request)
-    served = await explore_serve_async(lab, params, who=lambda: subject)
+    served = explore_serve(lab, params, who=lambda: rate_subject(request))
     if isinstance(served, Throttled):
         response = _unstored(
             JsonResponse({"error": served.message}, status=served.status)
@@ -600,15 +592,9 @@ async def course_lesson_model(request: HttpRequest, slug: str) -> HttpResponse:
 def rate_subject(request: HttpRequest) -> str:
     """Whose minute a model run counts in (a new explored parameter set, a checked
     challenge answer): the signed-in learner's, or the client address's."""
-    return rate_subject_of(request.user, request)
-
-
-def rate_subject_of(
-    user: AbstractBaseUser | AnonymousUser, request: HttpRequest
-) -> str:
-    """``rate_subject`` with the user already known (an async view's ``auser``)."""
-    if user.is_authenticated and user.is_active:
-        return f"user:{user.pk}"
+    user_id = _user_id(request)
+    if user_id is not None:
+        return f"user:{user_id}"
     return f"addr:{client_digest(client_address(request))}"
 
 

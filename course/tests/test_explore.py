@@ -3,7 +3,6 @@ parameter set (``course.explore``, ``GET /course/<slug>/model.json``)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import threading
@@ -384,38 +383,6 @@ def test_one_run_per_set_however_many_ask_at_once(fresh_models, redis_client):
     assert len(answers) == 4
     assert len({answer.key for answer in answers}) == 1
     assert sorted(answer.source for answer in answers).count("run") == 1
-
-
-async def test_a_kept_set_answers_while_a_new_one_waits_for_the_model(
-    fresh_models, redis_client
-):
-    """A new set's wait for the model holds no thread that other requests need:
-    the kept set is answered while the new one is still running (a sync view
-    waited in Django's one thread for sync code, and the kept set queued behind)."""
-    from django.test import AsyncClient
-
-    lab = lab_get("cache-layers")
-    client = AsyncClient()
-    kept = await client.get(URL, {"requests": "640"})
-    assert kept.status_code == 200
-    release = threading.Event()
-    original = lab.model
-
-    def held(params, progress):
-        release.wait(60)
-        return original(params, progress)
-
-    object.__setattr__(lab, "model", held)
-    try:
-        waiting = asyncio.ensure_future(client.get(URL, {"requests": "641"}))
-        again = await asyncio.wait_for(client.get(URL, {"requests": "640"}), 30)
-        assert not waiting.done()
-    finally:
-        release.set()
-        object.__setattr__(lab, "model", original)
-    assert (again.status_code, again["X-Model-Source"]) == (200, "memory")
-    new = await waiting
-    assert (new.status_code, new["X-Model-Source"]) == (200, "run")
 
 
 # --- without JavaScript --------------------------------------------------------------
