@@ -8,7 +8,8 @@ process, against that daphne.
 1. **Idle** (the baseline): the home page is fetched ten times a second for
    ``idle_s`` seconds and loans are issued one every ``loan_every_s``; the page's
    p99 and each loan's commit → notification time are the reference.
-2. **Class**: ``learners`` signed-in learners press Run with the live part on
+2. **Class**: ``learners`` learners, signed in through the site's form before the
+   phase starts, press Run with the live part on
    ``lesson`` within ``press_window_s`` seconds (evenly spread), ``identical`` of them
    with the defaults and the rest each with parameters of their own, then follow
    their run over its event stream, as the lesson page does. Meanwhile the home
@@ -420,12 +421,13 @@ def follow_events(client: Any, job_id: str, version: int) -> dict[str, Any]:
             time.sleep(1.0)
 
 
-def run_class(base: str, names: list[str], params: Params) -> list[LearnerRun]:
-    clients = [signed_in_client(base, name) for name in names]
-    runs = [LearnerRun(learner=n, own=n >= params.identical) for n in range(len(names))]
+def run_class(base: str, clients: list[Any], params: Params) -> list[LearnerRun]:
+    runs = [
+        LearnerRun(learner=n, own=n >= params.identical) for n in range(len(clients))
+    ]
     threads = []
     started = time.monotonic()
-    spacing = params.press_window_s / max(1, len(names))
+    spacing = params.press_window_s / max(1, len(clients))
     for n, (client, run) in enumerate(zip(clients, runs, strict=True)):
         mine = own_params(params.lesson, n - params.identical) if run.own else {}
         time.sleep(max(0.0, started + n * spacing - time.monotonic()))
@@ -522,8 +524,12 @@ def run(children: Children, options: argparse.Namespace) -> dict[str, Any]:
     base = start_system(children)
     print(f"idle: {params.idle_s:.0f} s", flush=True)
     idle = phase(base, params, children, lambda: time.sleep(params.idle_s))
+    # Signed in before the class phase: the learners are signed in when they
+    # press Run, and thirty sign-ins (a PBKDF2 hash each, about 0.3 s of a core on
+    # a quick host) are a burst of their own, not the class's.
+    clients = [signed_in_client(base, name) for name in names]
     print(f"class: {params.learners} learners on {params.lesson}", flush=True)
-    in_class = phase(base, params, children, lambda: run_class(base, names, params))
+    in_class = phase(base, params, children, lambda: run_class(base, clients, params))
     runs: list[LearnerRun] = in_class.pop("outcome")
     print(f"flood: {params.flood} anonymous heavy runs", flush=True)
     flood = phase(base, params, children, lambda: run_flood(base, params.flood))
