@@ -8,7 +8,7 @@ PORT   ?= 8000
 export DEBUG ?= true
 
 .PHONY: run test test-fast test-postgres lint format bench venv migrate seed stop clean browser \
-	haproxy cluster axe
+	haproxy cluster axe bytecode
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,13 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 venv: $(BIN)/.installed
+
+# The project's bytecode, written ahead: where PYTHONDONTWRITEBYTECODE is set (these
+# machines set it), every process would compile every module it imports again, and
+# the labs start processes all the time (about 2.2 CPU-seconds for a worker's
+# imports without it, 1.55 with it). Only changed files are compiled again.
+bytecode: venv
+	$(PY) -m compileall -q library messaging jobs realtime course config bench manage.py >/dev/null
 
 migrate: venv
 	$(PY) manage.py migrate --noinput
@@ -35,7 +42,7 @@ seed: migrate
 # process started by hand could then disagree with these ones (another Redis, say).
 # scripts/procfile.py runs honcho and makes Ctrl-C or SIGTERM a clean stop (exit 0,
 # no "Error 143" from make).
-run: .env seed
+run: .env seed bytecode
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	@$(PY) manage.py lesson_warm
 	@$(PY) manage.py redis_info
@@ -73,7 +80,7 @@ CLUSTER_REDIS_URL ?= redis://127.0.0.1:6379
 # one system must never take the jobs of the other.
 CLUSTER_REDIS_DB  ?= 12
 CLUSTER_PORT      ?= 18400
-cluster: .env haproxy
+cluster: .env haproxy bytecode
 	$(PY) scripts/cluster_db.py $(CLUSTER_DATABASE)
 	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) LIBRARY_REDIS_DB=$(CLUSTER_REDIS_DB) $(PY) manage.py migrate --noinput
 	DATABASE_URL=$(CLUSTER_DATABASE) REDIS_URL=$(CLUSTER_REDIS_URL) LIBRARY_REDIS_DB=$(CLUSTER_REDIS_DB) $(PY) manage.py seed_library
@@ -89,14 +96,14 @@ cluster: .env haproxy
 
 # Two xdist workers, one per core: each has its own test database (pytest-django's
 # suffix) and Redis database (config/settings_test.py); processes take free ports.
-test: venv browser haproxy axe
+test: venv browser haproxy axe bytecode
 	bash scripts/pytest.sh -n 2 --durations=12
 
 # The edit loop: no process, no browser (they run in `make test`), on both cores.
 test-fast: venv
 	bash scripts/pytest.sh -q -n 2 -m "not processes and not browser"
 
-test-postgres: venv browser haproxy axe
+test-postgres: venv browser haproxy axe bytecode
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/library} bash scripts/pytest.sh -n 2 --durations=12
 
 # The import contracts (pyproject.toml) hold the layout's arrows; `check` runs the
@@ -113,7 +120,7 @@ format: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: venv
+bench: venv bytecode
 	$(PY) -m bench
 
 stop: venv
