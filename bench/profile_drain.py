@@ -7,10 +7,11 @@ drainer's unit of work, so its CPU is this process's (``time.process_time``). No
 benchmark of the system (``python -m bench outbox`` is that): a microscope on the
 fixed and per-loan parts of a pass.
 
-1. Recreate the profile's own database (PostgreSQL ``library_hdrain_prof``, or
-   ``var/hdrain-prof.sqlite3``), migrate it, seed the benchmark's library
-   (``bench.outbox.create_library``). Redis database ``PROFILE_REDIS_DB`` (11) is
-   flushed; a drainer is announced there so a loan's nudge queues no rq job.
+1. Recreate the profile's own database (PostgreSQL ``library_bench_profile``, or
+   ``var/bench-profile.sqlite3``), migrate it, seed the benchmark's library
+   (``bench.outbox.create_library``). The benchmarks' Redis database
+   (``BENCH_REDIS_DB``, 14) is flushed; a drainer is announced there so a loan's
+   nudge queues no rq job.
 2. For streams off, then on (the drainer moves stream consumers at most every
    ``STREAMS_EVERY_S``, so both kinds of pass happen): round after round, for each
    K of ``--sizes`` in turn, issue K loans (``loan_issue``), then time one
@@ -43,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/library_hdrain_prof"
-SQLITE_PATH = ROOT / "var" / "hdrain-prof.sqlite3"
-REDIS_DB = int(os.environ.get("PROFILE_REDIS_DB", "11"))
+POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/library_bench_profile"
+SQLITE_PATH = ROOT / "var" / "bench-profile.sqlite3"
+REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "14"))
 OWNER = "profile:1"
 
 
@@ -86,7 +87,7 @@ def environment(database_url: str) -> dict[str, str]:
 
 
 def recreate(database_url: str) -> None:
-    """Drop and create the profile's database (only a name with ``hdrain_prof``)."""
+    """Drop and create the profile's database (only a name with ``bench_profile``)."""
     if database_url.startswith("sqlite"):
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(str(SQLITE_PATH) + suffix).unlink(missing_ok=True)
@@ -96,7 +97,7 @@ def recreate(database_url: str) -> None:
 
     db = dj_database_url.parse(database_url)
     name = str(db["NAME"])
-    if "hdrain_prof" not in name:
+    if "bench_profile" not in name:
         raise SystemExit(f"refusing to recreate {name!r}")
     with psycopg.connect(
         dbname="postgres",
