@@ -24,7 +24,7 @@ import logging
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, F, Q
+from django.db.models import Case, Count, F, Q, Value, When
 from django.utils import timezone
 
 from messaging.models import Delivery, OutboxMessage, PartitionLease
@@ -73,35 +73,54 @@ def _pending(subscription: str, partition: int) -> Any:
     )
 
 
+# Pending deliveries read from each free partition's head on every pass: a
+# trickle's few per partition commit with the heads as one group, with no read of
+# their own; the rest of a backlog goes by turns (``PARTITION_TURN`` each).
+RUN_READ = 16
+
+
 def _free_heads(
     subscription: Subscription, now: datetime.datetime
 ) -> dict[int, Delivery]:
-    """Return the oldest pending delivery of each partition whose lease is free.
+    """Return the oldest pending delivery of each partition whose lease is free."""
+    return {p: run[0] for p, run in _free_runs(subscription, now).items()}
+
+
+def _free_runs(
+    subscription: Subscription, now: datetime.datetime
+) -> dict[int, list[Delivery]]:
+    """Return up to ``RUN_READ`` pending deliveries of each partition whose lease
+    is free, from its head, in offset order.
 
     One statement whatever the backlog: the lease rows, each joined to its
-    partition's head (found by one probe of the partial index on subscription,
-    partition and message: a LIMIT 1 per partition, never a scan of the backlog)
-    and the head's message. Written by hand and built once per process: the ORM's
-    two statements (lease rows with head ids, then the heads) cost an empty pass
-    more CPU than anything but the claim. Missing lease rows are created the first
-    time.
+    partition's first pending deliveries (found by one probe of the partial index
+    on subscription, partition and message: a LIMIT per partition, never a scan of
+    the backlog) and their messages. Written by hand and built once per process:
+    the ORM's statements cost an empty pass more CPU than anything but the claim.
+    Missing lease rows are created the first time.
     """
-    rows = _heads_read(subscription.name)
-    if len(rows) < subscription.partitions:
+    leases, rows = _heads_read(subscription.name, now)
+    if leases < subscription.partitions:
         _ensure_leases(subscription)
-        rows = _heads_read(subscription.name)
-    return {
-        head.partition: head
-        for until, head in rows
-        if head is not None
-        and head.partition is not None
-        and (until is None or until < now)
-    }
+        leases, rows = _heads_read(subscription.name, now)
+    runs: dict[int, list[Delivery]] = {}
+    for until, delivery in rows:
+        if delivery is None or delivery.partition is None:
+            continue
+        if until is None or until < now:
+            runs.setdefault(delivery.partition, []).append(delivery)
+    return runs
 
 
 @functools.cache
 def _heads_sql(vendor: str) -> str:
-    """Return the lease rows joined to their heads (the same on both databases)."""
+    """Return the lease rows joined to their partitions' first pending deliveries.
+
+    PostgreSQL probes the index once per lease row (LATERAL ... LIMIT); SQLite has
+    no LATERAL, and probes it as the delivery ids IN a correlated LIMIT subquery
+    (the same rows; PostgreSQL would filter every delivery through that subquery).
+    A leased partition gives its lease row alone, nothing to read.
+    """
     lease, delivery = table(PartitionLease), table(Delivery)
 
     def d(field: str) -> str:
@@ -111,43 +130,59 @@ def _heads_sql(vendor: str) -> str:
         return column(PartitionLease, field)
 
     heads, messages = reader(Delivery, "d"), reader(OutboxMessage, "m")
+    leading = f"""
+        FROM {delivery} AS h
+        WHERE h.{d("subscription")} = l.{p("subscription")}
+            AND h.{d("partition")} = l.{p("partition")}
+            AND h.{d("status")} = %s
+            AND (l.{p("leased_until")} IS NULL OR l.{p("leased_until")} < %s)
+        ORDER BY h.{d("message")} LIMIT %s
+    """
+    if vendor == "postgresql":
+        join = f"LEFT JOIN LATERAL (SELECT h.* {leading}) AS d ON true"
+    else:
+        join = f"""LEFT JOIN {delivery} AS d
+            ON d.{d("id")} IN (SELECT h.{d("id")} {leading})"""
     return f"""
-        SELECT l.{p("leased_until")}, {heads.columns}, {messages.columns}
+        SELECT l.{p("partition")}, l.{p("leased_until")}, {heads.columns},
+            {messages.columns}
         FROM {lease} AS l
-        LEFT JOIN {delivery} AS d ON d.{d("id")} = (
-            SELECT h.{d("id")} FROM {delivery} AS h
-            WHERE h.{d("subscription")} = l.{p("subscription")}
-                AND h.{d("partition")} = l.{p("partition")}
-                AND h.{d("status")} = %s
-            ORDER BY h.{d("message")} LIMIT 1
-        )
+        {join}
         LEFT JOIN {table(OutboxMessage)} AS m
             ON m.{column(OutboxMessage, "id")} = d.{d("message")}
         WHERE l.{p("subscription")} = %s
+        ORDER BY l.{p("partition")}, d.{d("message")}
     """
 
 
-def _heads_read(subscription: str) -> list[tuple[Any, Delivery | None]]:
-    """Return each lease row's ``leased_until`` and its partition's head, if any."""
+def _heads_read(
+    subscription: str, now: datetime.datetime
+) -> tuple[int, list[tuple[Any, Delivery | None]]]:
+    """Return the lease rows read, and each row's ``leased_until`` and delivery."""
     heads, messages = reader(Delivery, "d"), reader(OutboxMessage, "m")
     # leased_until through its field's converters (a string on SQLite).
     until_of = value_reader(PartitionLease, "leased_until", "l")
     with connection.cursor() as cursor:
         cursor.execute(
             _heads_sql(connection.vendor),
-            [Delivery.Status.PENDING.value, subscription],
+            [
+                Delivery.Status.PENDING.value,
+                connection.ops.adapt_datetimefield_value(now),
+                RUN_READ,
+                subscription,
+            ],
         )
         rows = cursor.fetchall()
     read: list[tuple[Any, Delivery | None]] = []
     for row in rows:
-        until, values = until_of(row[0]), row[1:]
+        until, values = until_of(row[1]), row[2:]
         if values[0] is None:
             read.append((until, None))
             continue
-        head = heads.read(values)
-        head.message = messages.read(values[heads.width :])
-        read.append((until, head))
-    return read
+        delivery = heads.read(values)
+        delivery.message = messages.read(values[heads.width :])
+        read.append((until, delivery))
+    return len({row[0] for row in rows}), read
 
 
 def _head_ready(head: Delivery | None, now: datetime.datetime) -> bool:
@@ -173,71 +208,108 @@ def partition_work(now: datetime.datetime, *, lane: str = "main") -> bool:
 def partitions_drain(
     *, owner: str, lane: str, deadline: datetime.datetime
 ) -> list[Outcome]:
-    """Give each free partition of ``lane`` with a ready head a turn."""
+    """Give each free partition of ``lane`` with a ready head a turn.
+
+    First the fresh runs of all the free partitions commit as one group; a
+    partition with more behind its run (or a head tried before) takes a turn then.
+    """
     outcomes: list[Outcome] = []
     for subscription in partitioned_subscriptions(lane):
-        heads = _free_heads(subscription, timezone.now())
-        grouped = _heads_commit(subscription, heads, owner)
+        runs = _free_runs(subscription, timezone.now())
+        worked = bool(runs)
+        fresh = _fresh_runs(subscription, runs, timezone.now())
+        grouped = _heads_commit(subscription, fresh, owner)
         if grouped is not None:
             outcomes += grouped
-            # Read again: what waits behind heads just done, or the heads as they
-            # were given back, takes its turn below, in order.
-            heads = _free_heads(subscription, timezone.now())
-        for partition in sorted(heads):
+            # Read again what waits behind the runs just done, or the runs as they
+            # were given back: it takes its turn below, in order. Nothing waited
+            # when read: the next pass sees what came since, as it would anyway.
+            behind = not grouped or _left_behind(runs, fresh)
+            runs = _free_runs(subscription, timezone.now()) if behind else {}
+        # A run given back goes one by one: grouped again, its bad member (if it is
+        # one) would be rolled back a second time, and each good one before it.
+        alone = (
+            {p: run[-1].message_id for p, run in fresh.items()} if grouped == [] else {}
+        )
+        for partition in sorted(runs):
             if timezone.now() >= deadline:
                 return outcomes
-            if not _head_ready(heads[partition], timezone.now()):
+            if not _head_ready(runs[partition][0], timezone.now()):
                 continue
             if not _lease_take(subscription, partition, owner):
                 continue
             done: list[Outcome] = []
             uncounted = 0
             try:
-                done, uncounted = _turn(subscription, partition, owner, deadline)
+                done, uncounted = _turn(
+                    subscription,
+                    partition,
+                    owner,
+                    deadline,
+                    runs[partition],
+                    alone.get(partition, 0),
+                )
             finally:
                 _lease_release(subscription.name, partition, owner, uncounted)
             outcomes += done
-        if heads:
+        if worked:
             after_batch_run({subscription.name})
     return outcomes
 
 
-def _heads_commit(
-    subscription: Subscription, heads: dict[int, Delivery], owner: str
-) -> list[Outcome] | None:
-    """Commit the fresh heads of several partitions as one group: their outcomes,
-    [] if it did not, None if there were not two such heads to try.
+def _fresh_runs(
+    subscription: Subscription,
+    runs: dict[int, list[Delivery]],
+    now: datetime.datetime,
+) -> dict[int, list[Delivery]]:
+    """Return each partition's run of fresh deliveries from its head (a turn's at
+    most), for the partitions that have one."""
+    fresh = {p: _fresh_run(subscription, runs[p], now)[:PARTITION_TURN] for p in runs}
+    return {p: run for p, run in fresh.items() if run}
 
-    At a steady trickle most partitions with work hold a single delivery, and a turn
-    each cost a dozen statements (lease, read, claim, a transaction, release) for
-    it. Each head is the oldest pending delivery of its own partition, so taking
-    them together keeps every partition's order: one lease statement, one claim,
-    one transaction, one release. Anything short of all of them (a lease or a claim
+
+def _left_behind(
+    runs: dict[int, list[Delivery]], fresh: dict[int, list[Delivery]]
+) -> bool:
+    """Whether a partition read held more than its fresh run, or may have (a read
+    cut at ``RUN_READ``)."""
+    return any(
+        len(runs[p]) >= RUN_READ or len(fresh.get(p, ())) < len(runs[p]) for p in runs
+    )
+
+
+def _heads_commit(
+    subscription: Subscription, fresh: dict[int, list[Delivery]], owner: str
+) -> list[Outcome] | None:
+    """Commit the fresh runs of the partitions as one group: their outcomes, [] if
+    it did not, None if there were not two deliveries to try.
+
+    At a steady trickle most partitions with work hold one or two deliveries, and
+    a turn each cost a dozen statements (lease, read, claim, a transaction,
+    release) for them. Each run is its partition's oldest pending deliveries, never
+    tried, in offset order (the group's effects run in that order), so taking them
+    together keeps every partition's order: one lease statement, one claim, one
+    transaction, one release. Anything short of all of them (a lease or a claim
     another worker won, a failing member) gives everything back as it was, and the
     partitions take their turns one by one.
     """
-    now = timezone.now()
-    fresh = [
-        heads[p]
-        for p in sorted(heads)
-        if heads[p].attempts == 0 and _head_ready(heads[p], now)
-    ]
-    if len(fresh) < 2 or subscription.outside:
+    group = [delivery for p in sorted(fresh) for delivery in fresh[p]]
+    if len(group) < 2:
         return None
-    partitions = [head.partition for head in fresh]
+    now = timezone.now()
+    lease_until = now + _lease_length(subscription)
     leases = PartitionLease.objects.filter(
-        subscription=subscription.name, partition__in=partitions
+        subscription=subscription.name, partition__in=sorted(fresh)
     )
-    won = leases.filter(_lease_free(now)).update(
-        owner=owner, leased_until=now + _lease_length(subscription)
-    )
+    won = leases.filter(_lease_free(now)).update(owner=owner, leased_until=lease_until)
     committed: list[Outcome] = []
     if won == len(fresh):
-        committed = _run_commit(fresh, owner, now + _lease_length(subscription))
+        committed = _run_commit(group, owner, lease_until)
+    counts = [When(partition=p, then=Value(len(run))) for p, run in fresh.items()]
     leases.filter(owner=owner).update(
         owner="",
         leased_until=None,
-        processed=F("processed") + (1 if committed else 0),
+        processed=F("processed") + (Case(*counts, default=0) if committed else 0),
     )
     return committed
 
@@ -269,6 +341,8 @@ def _turn(
     partition: int,
     owner: str,
     deadline: datetime.datetime,
+    read: list[Delivery],
+    alone_upto: int = 0,
 ) -> tuple[list[Outcome], int]:
     """Process the partition's deliveries in offset order until one must wait.
 
@@ -277,20 +351,30 @@ def _turn(
     the turn without reading again: at a steady trickle most partitions hold one or
     two deliveries, and a second look per turn was a statement each.
 
-    A run that failed as a group goes one by one up to its last message: grouping
-    what is left of it again would roll the same bad member back once per good one
-    before it.
+    The first rows are ``read``, the pass's read of the partition (up to
+    ``RUN_READ``), taken before the lease: every claim checks its rows are still
+    as read (attempts, status, no lease), and a claim that finds them changed reads
+    the partition again.
+
+    A run that failed as a group goes one by one up to its last message (message
+    ids up to ``alone_upto`` run one by one): grouping what is left of it again
+    would roll the same bad member back once per good one before it.
     """
     outcomes: list[Outcome] = []
     counted = 0
     lease = _lease_length(subscription)
-    alone_upto = 0  # message ids up to this one run one by one
+    first: list[Delivery] | None = read
     while len(outcomes) < PARTITION_TURN:
         now = timezone.now()
         if now >= deadline:
             break
         limit = PARTITION_TURN - len(outcomes)
-        rows = _leading(subscription.name, partition, limit)
+        if first is not None:
+            # Fewer rows than this means the partition was empty behind them.
+            rows, full = first[:limit], min(limit, RUN_READ)
+        else:
+            rows, full = _leading(subscription.name, partition, limit), limit
+        stale, first = first is not None, None
         run = _fresh_run(subscription, rows, now)
         if run and run[0].message_id <= alone_upto:
             run = []
@@ -298,7 +382,7 @@ def _turn(
             grouped = _run_commit(run, owner, now + lease)
             if grouped:
                 outcomes += grouped
-                if len(run) == len(rows) < limit:
+                if len(run) == len(rows) < full:
                     break  # the partition was empty behind the run
                 if not _lease_renew(
                     subscription.name, partition, owner, len(outcomes) - counted
@@ -308,18 +392,24 @@ def _turn(
                 continue
             # Given back as it was: read again, for the head's state as it is now.
             alone_upto = run[-1].message_id
-            rows = _leading(subscription.name, partition, limit)
+            rows, full, stale = (
+                _leading(subscription.name, partition, limit),
+                limit,
+                False,
+            )
         head = rows[0] if rows else None
         if not _head_ready(head, now):
             break
         assert head is not None
         if not _claim_head(head, owner, now + lease):
+            if stale:
+                continue  # changed since the pass read it: read it as it is
             break
         outcome = delivery_process(head, owner=owner)
         outcomes.append(outcome)
         if outcome.result in ("retry", "lost_lease"):
             break  # the head waits for its retry, and the partition with it
-        if len(rows) == 1 < limit:
+        if len(rows) == 1 < full:
             break  # it was the partition's last
         if not _lease_renew(
             subscription.name, partition, owner, len(outcomes) - counted

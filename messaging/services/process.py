@@ -8,12 +8,13 @@ the sweep re-nudges): together, exactly once.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import random
 import traceback
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -26,6 +27,7 @@ from messaging.registry import (
     Subscription,
     group_handler_for,
 )
+from messaging.services.rows import column, table
 
 log = logging.getLogger("messaging")
 
@@ -107,22 +109,12 @@ def _group_apply(group: list[Delivery], owner: str) -> list[Outcome]:
     """Guard rows (one INSERT), effects, done marks (one UPDATE). Inside ``atomic()``.
 
     Raises on any failure, which rolls back the whole group: a guard inserted by
-    another worker meanwhile (IntegrityError), a handler's exception, a lease lost.
+    another worker meanwhile (IntegrityError, on SQLite; PostgreSQL skips it, see
+    ``_guards_insert``), a handler's exception, a lease lost.
     """
-    taken = set(
-        ProcessedMessage.objects.filter(
-            subscription__in={d.subscription for d in group},
-            message_id__in={d.message_id for d in group},
-        ).values_list("subscription", "message_id")
-    )
-    fresh = [d for d in group if (d.subscription, d.message_id) not in taken]
+    new = _guards_insert(group)
+    fresh = [d for d in group if (d.subscription, d.message_id) in new]
     applied = {d.pk for d in fresh}
-    ProcessedMessage.objects.bulk_create(
-        [
-            ProcessedMessage(subscription=d.subscription, message_id=d.message_id)
-            for d in fresh
-        ]
-    )
     _group_effects(fresh)
     marked = Delivery.objects.filter(
         pk__in=[d.pk for d in group], lease_owner=owner, status=Delivery.Status.PENDING
@@ -130,6 +122,66 @@ def _group_apply(group: list[Delivery], owner: str) -> list[Outcome]:
     if marked != len(group):
         raise _LeaseLost
     return [Outcome(d.pk, "done" if d.pk in applied else "duplicate") for d in group]
+
+
+def _guards_insert(group: list[Delivery]) -> set[tuple[str, int]]:
+    """Insert the group's guard rows; return the (subscription, message) of the
+    new ones: the others' effects happened already. Inside ``atomic()``.
+
+    On PostgreSQL one statement (``INSERT ... ON CONFLICT DO NOTHING RETURNING``):
+    a guard another worker is inserting meanwhile waits for its commit and is then
+    skipped, so the group goes on without that effect instead of rolling back.
+    """
+    if connection.vendor == "postgresql":
+        return _guards_insert_returning(group)
+    return _guards_insert_orm(group)
+
+
+def _guards_insert_orm(group: list[Delivery]) -> set[tuple[str, int]]:
+    """The guards read, then the missing ones inserted (a race raises)."""
+    taken = set(
+        ProcessedMessage.objects.filter(
+            subscription__in={d.subscription for d in group},
+            message_id__in={d.message_id for d in group},
+        ).values_list("subscription", "message_id")
+    )
+    new = [d for d in group if (d.subscription, d.message_id) not in taken]
+    ProcessedMessage.objects.bulk_create(
+        [
+            ProcessedMessage(subscription=d.subscription, message_id=d.message_id)
+            for d in new
+        ]
+    )
+    return {(d.subscription, d.message_id) for d in new}
+
+
+def _guards_insert_returning(group: list[Delivery]) -> set[tuple[str, int]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _guards_sql(),
+            [
+                timezone.now(),
+                [d.subscription for d in group],
+                [d.message_id for d in group],
+            ],
+        )
+        return {(name, message) for name, message in cursor.fetchall()}
+
+
+@functools.cache
+def _guards_sql() -> str:
+    guard = table(ProcessedMessage)
+    name, message, at = (
+        column(ProcessedMessage, field)
+        for field in ("subscription", "message", "processed_at")
+    )
+    # Starts with its verb, as the ORM's statements do (what counts them sees it).
+    return f"""INSERT INTO {guard} ({name}, {message}, {at})
+        SELECT g.name, g.message, %s
+        FROM unnest(%s::varchar[], %s::bigint[]) AS g(name, message)
+        ON CONFLICT ({name}, {message}) DO NOTHING
+        RETURNING {name}, {message}
+    """
 
 
 def _group_effects(fresh: list[Delivery]) -> None:
@@ -223,12 +275,7 @@ def _apply(delivery: Delivery, owner: str) -> Outcome:
     """Guard row, effect and done mark. Call inside ``atomic()``; raises on failure."""
     subscription = SUBSCRIPTIONS[delivery.subscription]
     handler = HANDLERS[subscription.name]
-    try:
-        with transaction.atomic():
-            ProcessedMessage.objects.create(
-                subscription=delivery.subscription, message_id=delivery.message_id
-            )
-    except IntegrityError:
+    if not _guard_insert(delivery):
         _mark_done(delivery, owner)
         return Outcome(delivery.pk, "duplicate")
     handler(delivery.message)
@@ -237,6 +284,24 @@ def _apply(delivery: Delivery, owner: str) -> Outcome:
         # and let the owner finish (its guard insert will succeed).
         raise _LeaseLost
     return Outcome(delivery.pk, "done")
+
+
+def _guard_insert(delivery: Delivery) -> bool:
+    """Insert the delivery's guard row; False if it was there (the effect happened).
+
+    PostgreSQL's ``ON CONFLICT DO NOTHING`` says so in one statement; elsewhere a
+    savepoint catches the unique violation (three statements).
+    """
+    if connection.vendor == "postgresql":
+        return bool(_guards_insert_returning([delivery]))
+    try:
+        with transaction.atomic():
+            ProcessedMessage.objects.create(
+                subscription=delivery.subscription, message_id=delivery.message_id
+            )
+    except IntegrityError:
+        return False
+    return True
 
 
 class _LeaseLost(Exception):

@@ -3,8 +3,10 @@
 On PostgreSQL the claim is one statement (``claim._claim_one_statement``) and the
 relay three (``publish._relay_returning``): each is run here beside the ORM code it
 replaced (``claim._claim_skip_locked``, ``publish._relay_orm``), on the same rows,
-and must leave the same rows and return the same batch. The partitions' heads are
-read by one statement on both databases; their tests are the partition tests.
+and must leave the same rows and return the same batch. So are the guard rows'
+``INSERT ... ON CONFLICT DO NOTHING RETURNING`` (``process._guards_insert``) and
+the ORM's read then insert (``process._guards_insert_orm``). The partitions' heads
+are read by one statement on both databases; their tests are the partition tests.
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.forms.models import model_to_dict
+from django.test.utils import CaptureQueriesContext
 
-from messaging.models import Delivery, OutboxMessage, SubscriptionState
+from messaging.models import (
+    Delivery,
+    OutboxMessage,
+    ProcessedMessage,
+    SubscriptionState,
+)
 from messaging.registry import SUBSCRIPTIONS
-from messaging.services import claim, publish
+from messaging.services import claim, process, publish
 from messaging.services.claim import deliveries_claim, lane_subscriptions
 
 pytestmark = pytest.mark.skipif(
@@ -231,3 +239,44 @@ def test_the_relay_takes_the_oldest_messages_up_to_its_limit():
     assert relayed == {m.pk for m in messages[:3]}
     assert set(Delivery.objects.values_list("message_id", flat=True)) == relayed
     assert publish.relay_pending(limit=3) == 2
+
+
+# --- the guard rows -----------------------------------------------------------------
+
+
+def _guards() -> list[tuple[str, int]]:
+    return list(
+        ProcessedMessage.objects.order_by("subscription", "message_id").values_list(
+            "subscription", "message_id"
+        )
+    )
+
+
+@pytest.mark.django_db
+def test_the_guard_statement_inserts_and_returns_what_the_orm_guards_did():
+    group = [_delivery(name) for name in ("notification", "stock_summary")]
+    group += [_delivery("broadcast"), _delivery("notification")]
+    # Two guards there already: their effects happened, they are not new.
+    for done in group[1:3]:
+        ProcessedMessage.objects.create(
+            subscription=done.subscription, message_id=done.message_id
+        )
+    with transaction.atomic():
+        expected = (process._guards_insert_orm(group), _guards())
+        transaction.set_rollback(True)
+    with transaction.atomic():
+        got = (process._guards_insert(group), _guards())
+    assert got == expected
+    assert got[0] == {(d.subscription, d.message_id) for d in (group[0], group[3])}
+    # All there now: nothing new, one by one or as a group.
+    assert process._guards_insert(group) == set()
+    assert not process._guard_insert(group[0])
+
+
+@pytest.mark.django_db
+def test_one_guard_is_one_statement():
+    delivery = _delivery("notification")
+    with CaptureQueriesContext(connection) as queries:
+        assert process._guard_insert(delivery)
+    assert len(queries) == 1
+    assert _guards() == [("notification", delivery.message_id)]

@@ -30,6 +30,7 @@ from messaging.services import (
     deliveries_process,
     messaging_drain,
     outbox_publish,
+    partitions,
     relay_pending,
     streams,
 )
@@ -301,6 +302,58 @@ def test_heads_of_several_partitions_commit_as_one_group(library_rows):
         (3, 1, ""),
     ]
     assert len(sql) <= 18, len(sql)  # 16 here; a turn each took 41 for the three
+
+
+def test_the_runs_behind_the_heads_commit_in_the_heads_group_in_order(library_rows):
+    # Books 1 and 5 share partition 1, book 2 is partition 2: one group for all
+    # four, each partition in offset order, no turn and no second read after it.
+    BookLedger.objects.create(book_id=5, message_id=0, book_version=99, kind="x")
+    copies = _ledger_heads((1, None), (2, None), (5, None), (1, None))
+    partitions._ensure_leases(registry.SUBSCRIPTIONS["book_ledger"])
+    with CaptureQueriesContext(connection) as queries:
+        _turns()
+    rows = Delivery.objects.filter(pk__in=copies)
+    assert {(r.status, r.attempts, r.group_tries) for r in rows} == {("done", 1, 1)}
+    entries = BookLedger.objects.filter(message_id__gt=0).order_by("message_id")
+    assert [(e.book_id, e.in_order) for e in entries] == [
+        (1, True),
+        (2, True),
+        (5, False),
+        (1, True),
+    ]
+    leases = PartitionLease.objects.filter(subscription="book_ledger")
+    assert sorted(leases.values_list("partition", "processed", "owner")) == [
+        (0, 0, ""),
+        (1, 3, ""),
+        (2, 1, ""),
+        (3, 0, ""),
+    ]
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert sum("messaging_partitionlease" in s for s in sql) == 3  # read, take, free
+    assert sum(s.startswith(("BEGIN", "SAVEPOINT")) for s in sql) == 1
+
+
+def test_what_the_heads_read_cut_off_takes_its_turn_after_the_group(
+    library_rows, monkeypatch
+):
+    monkeypatch.setattr(partitions, "RUN_READ", 2)
+    copies = _ledger_heads((1, None), (1, None), (1, None), (2, None))
+    _turns()
+    rows = Delivery.objects.filter(pk__in=copies).order_by("message_id")
+    assert [(r.status, r.attempts) for r in rows] == [("done", 1)] * 4
+    leases = PartitionLease.objects.filter(subscription="book_ledger")
+    assert dict(leases.values_list("partition", "processed")) == {
+        0: 0,
+        1: 3,
+        2: 1,
+        3: 0,
+    }
+    assert list(BookLedger.objects.order_by("message_id").values_list("book_id")) == [
+        (1,),
+        (1,),
+        (1,),
+        (2,),
+    ]
 
 
 def test_a_group_of_heads_that_fails_is_given_back_and_each_takes_its_turn(
