@@ -419,6 +419,7 @@ def test_a_process_runs_one_model_at_a_time_and_says_when_busy(
         running.pop()
         return original(params, progress)
 
+    holding, release = threading.Event(), threading.Event()
     object.__setattr__(lab, "model", model)
     try:
         threads = [
@@ -436,16 +437,25 @@ def test_a_process_runs_one_model_at_a_time_and_says_when_busy(
         assert most[0] == 1  # three sets, one after the other
 
         monkeypatch.setattr(explore, "RUN_WAIT_S", 0.05)
+
+        def held(params, progress):
+            holding.set()
+            release.wait(60)
+            return original(params, progress)
+
+        object.__setattr__(lab, "model", held)
         slow = threading.Thread(
             target=explore_serve,
             args=(lab, lab.resolve({"requests": "900"})),
             kwargs={"who": lambda: "addr:turns"},
         )
         slow.start()
-        time.sleep(0.1)  # the slow set has the process's one slot
+        assert holding.wait(60)  # the slow set has the process's one slot
         busy = client.get(URL, {"requests": "901"})
+        release.set()
         slow.join()
     finally:
+        release.set()
         object.__setattr__(lab, "model", original)
     assert busy.status_code == 503
     assert busy["Retry-After"] == "2"
