@@ -21,14 +21,10 @@ request for a site until Django has answered one.
 
 from __future__ import annotations
 
-import io
 import re
 import time
 from typing import Any, Final
 
-from django.conf import settings
-from django.core.exceptions import DisallowedHost
-from django.core.handlers.asgi import ASGIRequest
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -48,6 +44,7 @@ from course.explore import (
     explore_served_from_memory,
     explore_since,
 )
+from course.front import front_pass, front_send, front_visitor
 from course.labs.harness.base import Lab, Params
 from course.textbook import model_tables_in_memory
 
@@ -126,17 +123,13 @@ class ExploreFront:
         if answer is not None:
             await _send(send, answer, headers or [])
             return
-
-        async def capture(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                _capture(site, message)
-            await send(message)
-
-        await self.app(scope, receive, capture)
+        await front_pass(
+            self.app, scope, receive, send, lambda start: _capture(site, start)
+        )
 
 
 def _candidate(scope: Any) -> tuple[HttpRequest, Lab[Any], str] | None:
-    if scope["type"] != "http" or scope["method"] != "GET":
+    if scope["type"] != "http":
         return None
     match = _MODEL_PATH.fullmatch(scope["path"])
     if match is None:
@@ -144,16 +137,10 @@ def _candidate(scope: Any) -> tuple[HttpRequest, Lab[Any], str] | None:
     lab = explore_lab(match["slug"])
     if lab is None:
         return None
-    request = ASGIRequest(scope, io.BytesIO())
-    if settings.SECURE_SSL_REDIRECT and not request.is_secure():
+    visitor = front_visitor(scope)
+    if visitor is None:
         return None
-    try:
-        site = request.build_absolute_uri("/")
-    except DisallowedHost:
-        return None
-    cookies = request.COOKIES
-    if settings.SESSION_COOKIE_NAME in cookies or "messages" in cookies:
-        return None
+    request, site = visitor
     return request, lab, site
 
 
@@ -200,18 +187,4 @@ async def _send(
         if not response.has_header(name):
             response[name] = value
     response[FRONT_HEADER] = "1"
-    headers = [
-        (name.encode("latin-1"), value.encode("latin-1"))
-        for name, value in response.items()
-    ]
-    body = response.content
-    if response.status_code != 304:
-        headers.append((b"content-length", str(len(body)).encode()))
-    await send(
-        {
-            "type": "http.response.start",
-            "status": response.status_code,
-            "headers": headers,
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await front_send(send, response)

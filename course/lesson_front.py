@@ -18,16 +18,14 @@ the way out), with a CSRF token of the visitor's own:
 
 from __future__ import annotations
 
-import io
 import re
 from typing import Any, Final
 
 from django.conf import settings
-from django.core.exceptions import DisallowedHost
-from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
 
+from course.front import front_pass, front_send, front_visitor
 from course.lesson_cache import (
     SHARED_HEADER,
     headers_store,
@@ -60,34 +58,24 @@ class LessonPageASGI:
         if stored is not None:
             answer = _answer(request, *stored)
             if answer is not None:
-                await _send(send, answer)
+                await front_send(send, answer)
                 return
-
-        async def capture(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                _capture(slug_site, message)
-            await send(message)
-
-        await self.app(scope, receive, capture)
+        await front_pass(
+            self.app, scope, receive, send, lambda start: _capture(slug_site, start)
+        )
 
     def _candidate(self, scope: Any) -> tuple[HttpRequest, tuple[str, str]] | None:
-        if scope["type"] != "http" or scope["method"] != "GET":
+        if scope["type"] != "http":
             return None
         if scope.get("query_string") or settings.CSRF_USE_SESSIONS:
             return None
         match = _LESSON_PATH.fullmatch(scope["path"])
         if match is None:
             return None
-        request = ASGIRequest(scope, io.BytesIO())
-        if settings.SECURE_SSL_REDIRECT and not request.is_secure():
+        visitor = front_visitor(scope)
+        if visitor is None:
             return None
-        try:
-            site = request.build_absolute_uri("/")
-        except DisallowedHost:
-            return None
-        cookies = request.COOKIES
-        if settings.SESSION_COOKIE_NAME in cookies or "messages" in cookies:
-            return None
+        request, site = visitor
         return request, (match["slug"], site)
 
 
@@ -135,18 +123,3 @@ def _answer(
             samesite=settings.CSRF_COOKIE_SAMESITE,
         )
     return response
-
-
-async def _send(send: Any, response: HttpResponse) -> None:
-    headers = [
-        (name.encode("latin-1"), value.encode("latin-1"))
-        for name, value in response.items()
-    ]
-    headers.extend(
-        (b"set-cookie", cookie.output(header="").encode("ascii").strip())
-        for cookie in response.cookies.values()
-    )
-    if not response.has_header("Content-Length"):
-        headers.append((b"content-length", str(len(response.content)).encode()))
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": response.content})
