@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import connections
 
 from library.models import Book, Branch, Loan, Member
+from realtime.polling import db_release
 from tests.people import account
 
 # Tests that start real processes or a browser prove a behaviour once, on the
@@ -105,6 +106,7 @@ def _executor_connections_closed(django_db_setup: None) -> Iterator[None]:
     """
     yield
     asyncio.run(sync_to_async(connections.close_all)())
+    db_release()  # the realtime pool's threads keep theirs
     gc.collect()
 
 

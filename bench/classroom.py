@@ -29,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +47,7 @@ from bench.common import (
     percentile,
     wait_until,
 )
-from config.processes import daphne_command, free_port, manage_command
+from config.processes import ROOT, daphne_command, free_port, manage_command
 
 NAME = "class"
 TARGET_LAST_S = 90.0
@@ -211,43 +213,42 @@ def warm_sandbox_template() -> None:
 
 @dataclass
 class Probe:
-    """Fetches a page at a steady rate in a thread and keeps each latency (ms)."""
+    """Fetches a page at a steady rate from a process of its own (``bench.probe``)
+    and keeps each latency (ms)."""
 
     base: str
     path: str
     every_s: float
     latencies_ms: list[float] = field(default_factory=list)
+    # The answers the page tier rendered (X-Page-Cache: miss) rather than read.
+    rendered_ms: list[float] = field(default_factory=list)
     failures: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _process: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        command = [sys.executable, "-m", "bench.probe", self.base, self.path]
+        self._process = subprocess.Popen(
+            [*command, str(self.every_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
 
     def stop(self) -> list[float]:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        assert self._process is not None
+        output, _ = self._process.communicate(input="", timeout=60)
+        if self._process.returncode != 0:
+            raise RuntimeError(f"the page probe exited {self._process.returncode}")
+        for line in output.splitlines():
+            took, _, state = line.partition(" ")
+            if took == "failed":
+                self.failures += 1
+                continue
+            self.latencies_ms.append(float(took))
+            if state not in ("hit", "stale"):
+                self.rendered_ms.append(float(took))
         return self.latencies_ms
-
-    def _run(self) -> None:
-        import httpx
-
-        with httpx.Client(base_url=self.base, timeout=30.0) as client:
-            due = time.monotonic()
-            while not self._stop.is_set():
-                began = time.perf_counter()
-                try:
-                    ok = client.get(self.path).status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                if ok:
-                    self.latencies_ms.append((time.perf_counter() - began) * 1000)
-                else:
-                    self.failures += 1
-                due += self.every_s
-                self._stop.wait(max(0.0, due - time.monotonic()))
 
 
 def issue_loans_steadily(count: int, every_s: float) -> threading.Thread:
@@ -507,6 +508,7 @@ def phase(
         "wall_s": round(time.monotonic() - began, 1),
         "home_ms": _summary(home),
         "home_failures": probe.failures,
+        "home_rendered_ms": _summary(probe.rendered_ms),
         "notification_ms": _summary(notified),
         "notifications_missing": missing,
         "cpu_s": cpu,
@@ -589,6 +591,12 @@ def summarise(result: dict[str, Any], params: Params) -> dict[str, Any]:
     return summary
 
 
+def _rendered(part: dict[str, Any]) -> str:
+    # Results written before the probe told hits from renders have no such entry.
+    rendered = part.get("home_rendered_ms")
+    return "-" if rendered is None else f"{rendered['n']} / {rendered['p50']}"
+
+
 def text_report(result: dict[str, Any]) -> str:
     summary = result["summary"]
     rows = []
@@ -600,6 +608,7 @@ def text_report(result: dict[str, Any]) -> str:
                 part["wall_s"],
                 part["home_ms"]["p50"],
                 part["home_ms"]["p99"],
+                _rendered(part),
                 part["notification_ms"]["p50"],
                 part["notification_ms"]["p99"],
                 part["notifications_missing"],
@@ -612,6 +621,7 @@ def text_report(result: dict[str, Any]) -> str:
                 "wall s",
                 "home p50 ms",
                 "home p99 ms",
+                "rendered n / p50",
                 "notify p50 ms",
                 "notify p99 ms",
                 "missing",

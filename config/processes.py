@@ -62,6 +62,20 @@ class ProcessExited(RuntimeError):
 # --- The child's environment -------------------------------------------------------
 
 
+def run_below_the_library() -> None:
+    """Put this process, and everything it starts from now on, below the library's.
+
+    For the lab and drill processes: niced by ``LAB_NICE`` and, where Linux allows,
+    in the SCHED_IDLE class (``LAB_SCHED_IDLE``). Call it before starting threads:
+    the class is set on the calling thread, and threads and children inherit it.
+    """
+    os.nice(settings.LAB_NICE)
+    if not settings.LAB_SCHED_IDLE or not hasattr(os, "SCHED_IDLE"):
+        return
+    with contextlib.suppress(OSError):  # refused (a container's seccomp): niced only
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
 def current_database_url() -> str:
     """Return a DATABASE_URL naming the database this process is connected to."""
     db = connection.settings_dict

@@ -275,6 +275,10 @@ LAB_LEASE_S = env_int("LIBRARY_LAB_LEASE_S", 20, minimum=3)
 # The lab worker's CPU priority (nice value, inherited by every process it starts),
 # so a class's runs yield the CPU to the library's own web and workers.
 LAB_NICE = env_int("LIBRARY_LAB_NICE", 10, minimum=0)
+# And, on Linux, the SCHED_IDLE scheduling class: a library process that wakes up
+# takes the CPU from an idle-class one at once, where a niced one may first finish
+# its time slice (a few ms, paid on every wake-up of a request).
+LAB_SCHED_IDLE = env_bool("LIBRARY_LAB_SCHED_IDLE", True)
 # --- Operator drills (course.drills) ---------------------------------------------
 # A drill is an incident in a sandbox of its own, served by a daphne of its own on
 # 127.0.0.1. Drills open at once on the site, closed after this long without the

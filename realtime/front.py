@@ -4,7 +4,7 @@ Django's ASGI handler runs each request in its own thread-sensitive context, and
 its sync middleware hooks and ``request_started`` receivers keep that context's
 thread for as long as the response lasts: one OS thread per open stream. The
 stream views need none of that stack. Their reads go through
-``realtime.polling.db_call`` (a small pool of its own that closes its connection),
+``realtime.polling.db_call`` (a small pool of its own, a connection per thread),
 and their counters through async Redis. The job streams ask who may read the job
 (``jobs.access``), so the front gives the request its session and user as Django's
 middleware would, lazily: both are read on that pool, never on the loop. So

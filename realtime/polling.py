@@ -9,12 +9,15 @@ every waiter of one event loop (one per daphne process):
   query reads the versions of every watched job, and one reads the log's head;
 - a waiter whose job version differs from the one it has, or whose log offset is
   behind the head, is woken with the new value; the others keep sleeping;
-- the queries run on a small thread pool of this module (``DB_THREADS``) and close
-  their connection before returning, so an idle waiter, long poll or event stream,
-  holds no database connection: the cost is one or two tiny queries per interval
-  per process, whatever the number of waiters. Long polls and streams are served
-  on the event loop by ``realtime.front``, so a waiter holds no thread either; a
-  woken branch stream runs its own replay query.
+- the queries run on a small thread pool of this module (``DB_THREADS``), each
+  thread keeping its one connection from call to call, so an idle waiter, long
+  poll or event stream, holds no database connection: the cost is one or two tiny
+  queries per interval per process, whatever the number of waiters, and at most
+  ``DB_THREADS`` connections per process. (Closing after each call, as this did
+  first, had a class's worth of open streams open a PostgreSQL connection several
+  times a second: a backend started and torn down for each 1 ms query.) Long
+  polls and streams are served on the event loop by ``realtime.front``, so a
+  waiter holds no thread either; a woken branch stream runs its own replay query.
 
 The counters of requests, empty answers, stream connections and events live in
 Redis (``counter_add``/``counters_read``), shared by every process on the database,
@@ -27,6 +30,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import threading
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable
@@ -37,7 +41,7 @@ from typing import Any, Final, TypeVar
 import redis
 import redis.asyncio
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models import Max
 from django.utils import timezone
 
@@ -85,23 +89,48 @@ def long_poll_limits_ms() -> tuple[int, int]:
     return min(default, largest), largest
 
 
-# --- reads: one short query each, connection closed afterwards ---------------------
+# --- reads: one short query each, on a connection its thread keeps -----------------
 
 
 async def db_call(function: Callable[..., T], *args: Any) -> T:
-    """Run a database read on this module's pool; the connection is closed after.
+    """Run a database read on this module's pool, on its thread's connection.
 
     Not ``sync_to_async(thread_sensitive=True)``: inside a request that would start
-    a thread per request, and with it a connection per open stream.
+    a thread per request, and with it a connection per open stream. A call that
+    fails on the database closes the connection (it may be broken: the server
+    restarted, the network dropped it), so the next call opens a new one.
     """
 
-    def closing() -> T:
+    def on_kept_connection() -> T:
         try:
             return function(*args)
-        finally:
+        except DatabaseError:
             connection.close()
+            raise
+        finally:
+            if connection.in_atomic_block:  # a read left a transaction open
+                connection.close()
 
-    return await asyncio.get_running_loop().run_in_executor(_executor, closing)
+    return await asyncio.get_running_loop().run_in_executor(
+        _executor, on_kept_connection
+    )
+
+
+def db_release() -> None:
+    """Close the connections the pool's threads keep (each thread closes its own).
+
+    For whoever must see them gone (a test run dropping its database): every thread
+    is held at a barrier until all have one of these calls, so each runs one.
+    """
+    barrier = threading.Barrier(DB_THREADS)
+
+    def close() -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=10)
+        connection.close()
+
+    for done in [_executor.submit(close) for _ in range(DB_THREADS)]:
+        done.result()
 
 
 def job_read(job_id: uuid.UUID) -> dict[str, Any] | None:

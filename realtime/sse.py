@@ -3,7 +3,7 @@
 A stream is an async generator drained onto the socket by ``realtime.front``,
 which serves the stream routes on daphne's event loop before Django's handler: the
 generator is a suspended coroutine that holds no database connection (every read
-goes through ``realtime.polling.db_call``, which closes its connection) and no
+goes through ``realtime.polling.db_call``, a pool of a few threads) and no
 thread (Django's handler would keep one per open response; ``realtime.front`` says
 why). Past ``REALTIME_MAX_STREAMS`` a process refuses new streams with 503
 (``realtime.limits``). When the log moves, the streams of a process share one

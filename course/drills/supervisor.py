@@ -49,7 +49,7 @@ from django.db import close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
-from config.processes import ROOT, manage_command
+from config.processes import ROOT, manage_command, run_below_the_library
 from course.drills.catalogue import Drill, drill_get
 from course.drills.state import (
     DRILL_KIND,
@@ -400,7 +400,7 @@ def _signals_stop(supervisor: Supervisor) -> Iterator[None]:
 
 def supervise(job_id: uuid.UUID) -> int:
     """Run one drill in this process (the ``drill supervise`` command)."""
-    os.nice(settings.LAB_NICE)
+    run_below_the_library()
     supervisor = Supervisor(job_id)
     with _signals_stop(supervisor):
         return supervisor.run()

@@ -82,6 +82,8 @@ def test_a_worker_runs_a_waiting_model_run_below_the_librarys_priority(
         lab_get("message-queues").validate({"visibility": 17})
     )
     assert nice_of(process.pid) == settings.LAB_NICE
+    if settings.LAB_SCHED_IDLE:
+        assert os.sched_getscheduler(process.pid) == os.SCHED_IDLE
     state = LabWorkerState.objects.get()
     assert (state.live_slots, state.model_slots, state.pid) == (1, 1, process.pid)
     process.send_signal(signal.SIGTERM)

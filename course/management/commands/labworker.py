@@ -7,7 +7,6 @@ Ctrl-C or SIGTERM stops it warmly: live runs in hand go back in line.
 
 from __future__ import annotations
 
-import os
 import signal
 from types import FrameType
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from config.processes import run_below_the_library
 from course.labworker import LabWorker
 
 
@@ -37,7 +37,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         # Below the library's own processes, and so is everything a run starts.
-        os.nice(settings.LAB_NICE)
+        run_below_the_library()
         worker = LabWorker(
             live_slots=max(0, options["live_slots"]),
             model_slots=max(0, options["model_slots"]),

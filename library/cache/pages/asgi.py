@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import time
 from typing import Any, cast
 
@@ -21,13 +22,24 @@ from library.cache.metrics import (
 )
 from library.cache.pages.keys import PAGE, page_route, route_lookup
 from library.cache.pages.stored import (
+    REFRESH_SCOPE,
     body_key,
     first_keys,
     first_read,
     full_response,
     hit_counts,
+    refresh_key,
 )
 from library.cache.store import cache_enabled
+
+logger = logging.getLogger(__name__)
+
+# How long one process may hold a stale page's refresh before another may try: a
+# render that crashed or hung must not keep the stale copy for its whole window.
+REFRESH_LEASE_MS = 10_000
+# Request headers the background render does not carry: no visitor's cookies, and
+# no validators (it must render the page, not answer 304).
+_NOT_FORWARDED = frozenset({b"cookie", b"if-none-match", b"if-modified-since"})
 
 
 class PageTierASGI:
@@ -43,6 +55,8 @@ class PageTierASGI:
     def __init__(self, app: Any) -> None:
         self.app = app
         self._clients: dict[int, Any] = {}
+        # The background renders under way (the loop keeps only weak references).
+        self._renders: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         candidate = scope["type"] == "http" and scope["method"] == "GET"
@@ -84,19 +98,23 @@ class PageTierASGI:
             if lookup is None:
                 return False
             replies = await client.mget(first_keys(lookup, request))
-            read = first_read(lookup, request, replies)
+            read = first_read(lookup, request, replies, serve_stale=True)
             answer, read_bytes = read.answer, read.hit_bytes
             if read.headers is not None:
                 body = await client.get(body_key(lookup.key))
                 if body is not None:
-                    answer = full_response(read.headers, cast(bytes, body))
+                    state = "stale" if read.stale else "hit"
+                    answer = full_response(read.headers, cast(bytes, body), state)
                     read_bytes += len(cast(bytes, body))
+            if answer is not None and read.stale:
+                await self._render_afresh(client, lookup.key, scope)
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page read")
             return False
         if answer is None:
             return False  # Django renders it, and the middleware stores it
-        if metrics_buffer(PAGE.namespace, **hit_counts(read_bytes, start)):
+        counts = hit_counts(read_bytes, start, read.stale)
+        if metrics_buffer(PAGE.namespace, **counts):
             await asyncio.to_thread(metrics_flush)
         headers = [
             (name.encode("latin-1"), value.encode("latin-1"))
@@ -112,3 +130,40 @@ class PageTierASGI:
         )
         await send({"type": "http.response.body", "body": answer.content})
         return True
+
+    async def _render_afresh(self, client: Any, key: str, scope: Any) -> None:
+        """Have Django render a stale page again, once across every process.
+
+        The first process to take the lease starts the render in the background; the
+        middleware stores the page (and frees the lease), and until then every
+        visitor, this one included, gets the stale copy at a hit's cost.
+        """
+        taken = await client.set(refresh_key(key), b"1", nx=True, px=REFRESH_LEASE_MS)
+        if not taken:
+            return
+        headers = [(n, v) for n, v in scope["headers"] if n not in _NOT_FORWARDED]
+        fresh_scope = {**scope, "headers": headers, REFRESH_SCOPE: True}
+        task = asyncio.create_task(self._render(fresh_scope))
+        self._renders.add(task)
+        task.add_done_callback(self._renders.discard)
+
+    async def _render(self, scope: Any) -> None:
+        answered = asyncio.Event()
+        asked = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal asked
+            if not asked:
+                asked = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await answered.wait()  # nobody hangs up on a background render
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                answered.set()
+
+        try:
+            await self.app(scope, receive, send)
+        except Exception:  # the stale copy stays; the lease lets another try
+            logger.exception("rendering %s afresh failed", scope.get("path"))

@@ -113,6 +113,10 @@ class PageKind:
     params: Mapping[str, Canonical] = field(default_factory=dict)
     # The key names a row's version, read from its record first.
     record: VersionRecord | None = None
+    # How long past its lifetime a copy may still be served by the ASGI front while
+    # one process renders the page afresh in the background (0: never; a page that
+    # only ages, with nothing to retire it, is the one kind worth it).
+    stale_s: int = 0
 
 
 def _criteria(path: str, view: str, query: Query) -> dict[str, str | int | None]:
@@ -194,7 +198,9 @@ PAGES: Final[dict[str, PageKind]] = {
     "branch-stock": PageKind(key=_stock_list_key, lifetime_s=60, jitter_s=15),
     # The landing page: the sum of every branch's stock, as old as a branch's
     # figures may be (``CACHE_STOCK_FRESH_S``, 5 s by default) plus this lifetime.
-    "home": PageKind(key=_home_key, lifetime_s=5, jitter_s=1),
+    # Past it, the front serves the copy it has while one request's worth of
+    # rendering happens off every visitor's path (``stale_s``).
+    "home": PageKind(key=_home_key, lifetime_s=5, jitter_s=1, stale_s=25),
     "book-detail": PageKind(
         key=_book_key,
         lifetime_s=600,

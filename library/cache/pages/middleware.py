@@ -20,11 +20,13 @@ from library.cache.metrics import (
 )
 from library.cache.pages.keys import PAGE, PageLookup, may_be_page, page_key
 from library.cache.pages.stored import (
+    REFRESH_SCOPE,
     body_key,
     first_keys,
     first_read,
     full_response,
     hit_counts,
+    refresh_key,
     shows_the_page_asked,
     storable,
     stored_head,
@@ -108,6 +110,8 @@ class PageCacheMiddleware:
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page read")
             return None
+        if _refreshing(request):
+            return lookup, read.generation, None  # sent to be rendered afresh
         if answer is not None and metrics_buffer(
             PAGE.namespace, **hit_counts(read_bytes, start)
         ):
@@ -127,18 +131,31 @@ class PageCacheMiddleware:
             return
         if not shows_the_page_asked(lookup, response):
             return
-        head = stored_head(response, generation)
         kind = lookup.kind
         lifetime_ms = (
             lifetime_with_jitter(lookup.key, kind.lifetime_s, kind.jitter_s) * 1000
         )
+        fresh_until_ms = None
+        kept_ms = lifetime_ms
+        if kind.stale_s:
+            fresh_until_ms = int(time.time() * 1000) + lifetime_ms
+            kept_ms += kind.stale_s * 1000
+        head = stored_head(response, generation, fresh_until_ms)
         try:
             pipe = cache_redis().pipeline(transaction=True)
-            pipe.set(lookup.key, head, px=lifetime_ms)
-            pipe.set(body_key(lookup.key), response.content, px=lifetime_ms)
+            pipe.set(lookup.key, head, px=kept_ms)
+            pipe.set(body_key(lookup.key), response.content, px=kept_ms)
+            if kind.stale_s:
+                pipe.delete(refresh_key(lookup.key))
             pipe.execute()
         except redis.RedisError as error:
             redis_failed(error, namespace=PAGE.namespace, during="page store")
             return
         size = len(head) + len(response.content)
         metrics_record(PAGE.namespace, misses=1, miss_bytes=size, sets=1)
+
+
+def _refreshing(request: HttpRequest) -> bool:
+    """Whether the ASGI front sent this request to render a stale page afresh."""
+    scope = getattr(request, "scope", None)
+    return bool(scope and scope.get(REFRESH_SCOPE))

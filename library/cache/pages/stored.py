@@ -29,21 +29,46 @@ def body_key(key: str) -> str:
     return f"{key}:body"
 
 
-def stored_head(response: HttpResponse, generation: int) -> bytes:
+# The scope entry of a request the ASGI front sends to render a stale page afresh:
+# the middleware renders and stores it, whatever the tier holds.
+REFRESH_SCOPE: Final = "library.page_refresh"
+
+
+def refresh_key(key: str) -> str:
+    """The lock one process holds while it renders a stale page afresh."""
+    return f"{key}:refresh"
+
+
+def stored_head(
+    response: HttpResponse, generation: int, fresh_until_ms: int | None = None
+) -> bytes:
+    """The head; ``fresh_until_ms`` (epoch ms) for a kind kept past its freshness."""
     headers = [
         [name, value]
         for name, value in response.items()
         if name.lower() not in _SKIPPED
     ]
-    return json.dumps({"g": generation, "h": headers}, separators=(",", ":")).encode()
+    fields: dict[str, Any] = {"g": generation, "h": headers}
+    if fresh_until_ms is not None:
+        fields["f"] = fresh_until_ms
+    return json.dumps(fields, separators=(",", ":")).encode()
 
 
-def _parse_head(data: bytes) -> tuple[int, list[list[str]]] | None:
-    """Return the stored generation and headers; None for a damaged entry."""
+class _Head(NamedTuple):
+    generation: int
+    headers: list[list[str]]
+    fresh_until_ms: int | None
+
+
+def _parse_head(data: bytes) -> _Head | None:
+    """Return the stored head; None for a damaged entry."""
     try:
         fields = json.loads(data)
-        return int(fields["g"]), fields["h"]
-    except (ValueError, KeyError, TypeError):
+        fresh = fields.get("f")
+        return _Head(
+            int(fields["g"]), fields["h"], None if fresh is None else int(fresh)
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -116,7 +141,7 @@ def _last_modified(stored: dict[str, str]) -> datetime.datetime | None:
 
 
 def _not_modified(
-    request: HttpRequest, headers: list[list[str]]
+    request: HttpRequest, headers: list[list[str]], state: str
 ) -> HttpResponseNotModified | None:
     stored = {name.lower(): value for name, value in headers}
     validators = (stored.get("etag"), _last_modified(stored))
@@ -126,15 +151,18 @@ def _not_modified(
     for name, value in headers:
         if name.lower() in ("etag", "last-modified", "cache-control", "vary"):
             answer[name] = value
-    answer["X-Page-Cache"] = "hit"
+    answer["X-Page-Cache"] = state
     return answer
 
 
-def full_response(headers: list[list[str]], body: bytes) -> HttpResponse:
+def full_response(
+    headers: list[list[str]], body: bytes, state: str = "hit"
+) -> HttpResponse:
+    """The stored page; ``state`` is "hit", or "stale" past its fresh time."""
     response = HttpResponse(body)
     for name, value in headers:
         response[name] = value
-    response["X-Page-Cache"] = "hit"
+    response["X-Page-Cache"] = state
     return response
 
 
@@ -149,6 +177,9 @@ class FirstRead(NamedTuple):
     answer: HttpResponse | None  # a 304 or a 200, when decided
     headers: list[list[str]] | None  # a current head whose body is still to read
     hit_bytes: int
+    # The entry is past its fresh time (a kind with ``stale_s``): served as it is
+    # while one process renders the page afresh.
+    stale: bool = False
 
 
 def first_keys(lookup: PageLookup, request: HttpRequest) -> list[str]:
@@ -160,31 +191,41 @@ def first_keys(lookup: PageLookup, request: HttpRequest) -> list[str]:
 
 
 def first_read(
-    lookup: PageLookup, request: HttpRequest, replies: list[Any]
+    lookup: PageLookup,
+    request: HttpRequest,
+    replies: list[Any],
+    *,
+    serve_stale: bool = False,
 ) -> FirstRead:
+    """Decide from the first replies; a stale entry counts as a miss unless the
+    caller can have it rendered afresh off the request's path (``serve_stale``)."""
     head_data, raw_generation = replies[0], replies[1]
     generation = _generation(raw_generation) if lookup.dependency else 0
     head = None if head_data is None else _parse_head(cast(bytes, head_data))
-    if head is None or head[0] != generation:
+    if head is None or head.generation != generation:
         return FirstRead(generation, None, None, 0)
-    headers = head[1]
+    fresh_until = head.fresh_until_ms
+    stale = fresh_until is not None and time.time() * 1000 >= fresh_until
+    if stale and not serve_stale:
+        return FirstRead(generation, None, None, 0)
+    state = "stale" if stale else "hit"
     size = len(cast(bytes, head_data))
-    not_modified = _not_modified(request, headers)
+    not_modified = _not_modified(request, head.headers, state)
     if not_modified is not None:
-        return FirstRead(generation, not_modified, None, size)
+        return FirstRead(generation, not_modified, None, size, stale)
     if len(replies) == 3:
         if replies[2] is None:  # the body was evicted on its own: a miss
             return FirstRead(generation, None, None, 0)
         body = cast(bytes, replies[2])
-        return FirstRead(
-            generation, full_response(headers, body), None, size + len(body)
-        )
-    return FirstRead(generation, None, headers, size)
+        answer = full_response(head.headers, body, state)
+        return FirstRead(generation, answer, None, size + len(body), stale)
+    return FirstRead(generation, None, head.headers, size, stale)
 
 
-def hit_counts(read_bytes: int, start: float) -> dict[str, int]:
+def hit_counts(read_bytes: int, start: float, stale: bool = False) -> dict[str, int]:
     return {
         "hits": 1,
+        "stale_served": int(stale),
         "hit_bytes": read_bytes,
         "cache_ms_total": round((time.perf_counter() - start) * 1000),
     }
