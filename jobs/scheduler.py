@@ -97,6 +97,28 @@ def schedule_redis() -> Redis:
 # --- the scheduler's side ------------------------------------------------------------
 
 
+def tasks_due(
+    tasks: tuple[PeriodicTask, ...], now: datetime.datetime
+) -> list[PeriodicTask]:
+    """Return the tasks a pass at ``now`` must claim, in one read of every slot.
+
+    Due: a slot at or before ``now`` (paused or not: a paused task's slots are
+    passed by the claim), or no slot yet. The read only picks whom to claim; the
+    claim itself compares and sets, so a slot another scheduler moved meanwhile
+    is lost there, never run twice.
+    """
+    slots = dict(
+        ScheduledTaskState.objects.filter(
+            name__in=[task.name for task in tasks]
+        ).values_list("name", "next_run_at")
+    )
+    return [
+        task
+        for task in tasks
+        if slots.get(task.name) is None or slots[task.name] <= now
+    ]
+
+
 def schedule_claim(*, task: PeriodicTask, now: datetime.datetime) -> RunPlan | None:
     """Advance the task's next slot past ``now``; return what to run, None if lost.
 

@@ -67,6 +67,22 @@ def test_first_pass_schedules_every_task_without_running_any(
         assert (state.runs_total, state.skipped_total, state.missed_total) == (0, 0, 0)
 
 
+def test_a_pass_with_nothing_due_reads_the_slots_once(
+    redis_client, django_capture_on_commit_callbacks, django_assert_num_queries
+):
+    pass_once(django_capture_on_commit_callbacks)  # every task gets its first slot
+    with django_assert_num_queries(1):  # one read of every slot, no claim
+        assert Command().step(now=PASS_AT) == []
+    # One slot moved into the past: that task alone is claimed.
+    summary = ScheduledTaskState.objects.get(name="inventory_summary")
+    assert summary.next_run_at is not None
+    due = summary.next_run_at - datetime.timedelta(minutes=15)
+    ScheduledTaskState.objects.filter(name="inventory_summary").update(next_run_at=due)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert Command().step(now=PASS_AT) == ["inventory_summary"]
+    assert [name for name, _ in queued_runs()] == ["inventory_summary"]
+
+
 def months_before(instant: datetime.datetime, months: int) -> datetime.datetime:
     index = instant.year * 12 + instant.month - 1 - months
     return instant.replace(year=index // 12, month=index % 12 + 1)

@@ -19,10 +19,10 @@ from typing import Any
 
 import django_rq
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import close_old_connections
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from jobs.scheduler import periodic_tasks, schedule_claim, scheduled_run
+from jobs.scheduler import periodic_tasks, schedule_claim, scheduled_run, tasks_due
 
 log = logging.getLogger("jobs.scheduler")
 RUN_JOB = "jobs.tasks.scheduled_run"
@@ -48,9 +48,9 @@ class Command(BaseCommand):
                 log.debug("ran or enqueued %s", name)
             if options["once"]:
                 return
+            # The connection is kept from pass to pass: opening one each second was
+            # most of an idle scheduler's work, and the database's.
             time.sleep(options["interval"])
-            # A long-lived process: drop a connection the database closed meanwhile.
-            close_old_connections()
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
         # Finish the pass in hand, then leave the loop.
@@ -64,7 +64,15 @@ class Command(BaseCommand):
         """
         now = timezone.now() if now is None else now
         started = []
-        for task in periodic_tasks():
+        try:
+            due = tasks_due(periodic_tasks(), now)
+        except DatabaseError:
+            # The kept connection may be dead (the server restarted): the next
+            # pass opens a new one.
+            log.warning("could not read the tasks' slots", exc_info=True)
+            connection.close()
+            return started
+        for task in due:
             try:
                 plan = schedule_claim(task=task, now=now)
             except Exception:
