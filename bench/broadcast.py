@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import gc
 import json
 import time
 from dataclasses import dataclass, field
@@ -288,6 +289,12 @@ async def run_async(
     broadcast, group, baseline = Side(), Side(), Side()
     commit_to_last: list[float] = []
     started = time.monotonic()
+    # This process reads every side's frames: a collection of its own heap (thousands
+    # of sockets) inside a timed window would be charged to whichever side was in
+    # flight. The collector runs between rounds instead, outside every window.
+    gc.collect()
+    gc.freeze()
+    gc.disable()
     try:
         for round_ in range(params.rounds):
             # The broadcast of a loan (the fan-out: one PUBLISH, one frame).
@@ -321,9 +328,12 @@ async def run_async(
             )
             await wait_for(lambda r=round_: all(r in s for s in sub_seen))
             record(baseline, sub_seen, round_, published, cpu)
+            gc.collect()
             idle = params.idle_s if (round_ + 1) % IDLE_EVERY == 0 else 0.05
             await asyncio.sleep(idle)
     finally:
+        gc.enable()
+        gc.unfreeze()
         for task in readers:
             task.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
