@@ -29,11 +29,11 @@ from messaging.registry import (
     subscription_handler,
 )
 from realtime.accounting import broadcasts_record
-from realtime.fanout import LAYER_ERRORS, fanout_publish, fanout_supported
+from realtime.fanout import LAYER_ERRORS, fanout_publish_sync, fanout_supported
 
 
 def broadcasts_send(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) -> None:
-    """Send each ``(group, event)`` on ``layer`` in one event loop; count the sends.
+    """Send each ``(group, event)`` on ``layer``; count the sends.
 
     On the Redis layer each event goes out as its sockets' frame, encoded once and
     published to the group's fan-out channel (``realtime.fanout``): every process
@@ -45,21 +45,21 @@ def broadcasts_send(layer: Any, messages: Sequence[tuple[str, dict[str, Any]]]) 
     """
     sent: list[str] = []
 
-    async def send_all() -> None:
-        if fanout_supported(layer):
-            try:
-                frames = [(group, update_frame(event)) for group, event in messages]
-                sent.extend(await fanout_publish(layer, frames))
-            except LAYER_ERRORS as error:
-                sent.extend(getattr(error, "sent", []))
-                raise
-            return
+    async def group_send_all() -> None:
         for group, event in messages:
             await layer.group_send(group, event)
             sent.append(group)
 
     try:
-        async_to_sync(send_all)()
+        if fanout_supported(layer):
+            frames = [(group, update_frame(event)) for group, event in messages]
+            try:
+                sent.extend(fanout_publish_sync(layer, frames))
+            except LAYER_ERRORS as error:
+                sent.extend(getattr(error, "sent", []))
+                raise
+        else:
+            async_to_sync(group_send_all)()
     finally:
         broadcasts_record(sent)
 

@@ -39,6 +39,7 @@ import collections
 import contextlib
 import logging
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -93,19 +94,26 @@ def fanout_channel(layer: Any, group: str) -> str:
     return f"{layer.prefix}:{db or 0}:fanout:{group}"
 
 
-async def fanout_publish(layer: Any, messages: Sequence[tuple[str, str]]) -> list[str]:
+async def fanout_publish(
+    layer: Any,
+    messages: Sequence[tuple[str, str]],
+    *,
+    connection: Callable[[int], Any] | None = None,
+) -> list[str]:
     """``PUBLISH`` each ``(group, frame)`` in order; return the groups sent.
 
-    One pipeline per Redis host. A host that fails raises after the hosts before
-    it were sent to; their groups are in the error's ``sent`` attribute.
+    One pipeline per Redis host, on ``connection(index)`` (the layer's own
+    connection of this event loop by default). A host that fails raises after the
+    hosts before it were sent to; their groups are in the error's ``sent`` attribute.
     """
+    connect = layer.connection if connection is None else connection
     by_host: dict[int, list[tuple[str, str]]] = collections.defaultdict(list)
     for group, frame in messages:
         by_host[layer.consistent_hash(group)].append((group, frame))
     sent: list[str] = []
     for index, items in by_host.items():
         try:
-            async with layer.connection(index).pipeline(transaction=False) as pipe:
+            async with connect(index).pipeline(transaction=False) as pipe:
                 for group, frame in items:
                     pipe.publish(fanout_channel(layer, group), frame)
                 await pipe.execute()
@@ -114,6 +122,65 @@ async def fanout_publish(layer: Any, messages: Sequence[tuple[str, str]]) -> lis
             raise
         sent += [group for group, _ in items]
     return sent
+
+
+class _Publisher:
+    """This process's event loop for publishing from synchronous code.
+
+    A drain's after-batch step is synchronous; ``async_to_sync`` ran each of its
+    publishes on an event loop of its own, and channels-redis keeps connections
+    per event loop, so every batch paid a thread, a loop and a new Redis connection.
+    This loop runs in a daemon thread for the life of the process, with one client
+    per Redis host. A forked child (rq's work-horse) has no such thread: it starts
+    its own (``_publisher``).
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self._clients: dict[str, aioredis.Redis] = {}
+        threading.Thread(
+            target=self.loop.run_forever, name="fanout-publish", daemon=True
+        ).start()
+
+    def client(self, host: dict[str, Any]) -> aioredis.Redis:
+        """The client of ``host`` (a channel layer's host entry). On the loop only."""
+        key = repr(sorted(host.items()))
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = aioredis.Redis(
+                connection_pool=create_pool(host)
+            )
+        return client
+
+
+_publisher_now: _Publisher | None = None
+_publisher_lock = threading.Lock()
+# Longer than any Redis timeout of the layer's hosts, which end a stuck publish
+# first; only a loop that stopped would reach it (TimeoutError, an OSError).
+PUBLISH_WAIT_S: Final = 60.0
+
+
+def _publisher() -> _Publisher:
+    global _publisher_now
+    with _publisher_lock:
+        if _publisher_now is None or _publisher_now.pid != os.getpid():
+            _publisher_now = _Publisher()
+        return _publisher_now
+
+
+def fanout_publish_sync(layer: Any, messages: Sequence[tuple[str, str]]) -> list[str]:
+    """``fanout_publish`` from synchronous code, on this process's publishing loop
+    and its kept connections (``_Publisher``). Raises as ``fanout_publish`` does."""
+    publisher = _publisher()
+
+    def connection(index: int) -> aioredis.Redis:
+        return publisher.client(layer.hosts[index])
+
+    done = asyncio.run_coroutine_threadsafe(
+        fanout_publish(layer, messages, connection=connection), publisher.loop
+    )
+    return done.result(PUBLISH_WAIT_S)
 
 
 class _Session:

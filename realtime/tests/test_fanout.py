@@ -4,6 +4,8 @@ for all of the process's sockets, and a lost subscription restored with a resync
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -59,3 +61,39 @@ def _kill_subscriber() -> int:
     for entry in ours:
         client.client_kill_filter(_id=entry["id"])
     return len(ours)
+
+
+def test_batches_sent_from_sync_code_share_one_loop_and_connection(monkeypatch):
+    from realtime import fanout
+
+    pools = []
+    create_pool = fanout.create_pool
+
+    def counted_pool(host):  # type: ignore[no-untyped-def]
+        pools.append(host)
+        return create_pool(host)
+
+    monkeypatch.setattr(fanout, "_publisher_now", None)  # this test's own loop
+    monkeypatch.setattr(fanout, "create_pool", counted_pool)
+    layer = get_channel_layer()
+    channel = fanout_channel(layer, GROUP)
+    listener = redis_client().pubsub()
+    listener.subscribe(channel)
+    try:
+        for version in (1, 2, 3):
+            event = {"type": "stock.update", "branch": 1, "version": version}
+            broadcasts_send(layer, [(GROUP, event)])
+        heard = []
+        while len(heard) < 3:
+            message = listener.get_message(timeout=10)
+            assert message is not None, heard
+            if message["type"] == "message":
+                heard.append(message["data"])
+    finally:
+        listener.close()
+    versions = [json.loads(frame)["version"] for frame in heard]
+    assert versions == [1, 2, 3]
+    assert len(pools) == 1  # one client for the host, kept from batch to batch
+    publishing = fanout._publisher()
+    assert publishing.loop.is_running()
+    publishing.loop.call_soon_threadsafe(publishing.loop.stop)
