@@ -112,11 +112,12 @@ def tasks_due(
             name__in=[task.name for task in tasks]
         ).values_list("name", "next_run_at")
     )
-    return [
-        task
-        for task in tasks
-        if slots.get(task.name) is None or slots[task.name] <= now
-    ]
+    due = []
+    for task in tasks:
+        slot = slots.get(task.name)
+        if slot is None or slot <= now:
+            due.append(task)
+    return due
 
 
 def schedule_claim(*, task: PeriodicTask, now: datetime.datetime) -> RunPlan | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.conf import settings
@@ -303,7 +303,7 @@ def _age_the_home_page(scope: str) -> bytes:
         for key in redis.scan_iter(match=f"page:*{scope}-library*")
         if not key.endswith((b":body", b":refresh"))
     ]
-    head = json.loads(redis.get(head_key))
+    head = json.loads(cast(bytes, redis.get(head_key)))
     assert head["f"] > time.time() * 1000  # stored fresh, with its fresh time
     head["f"] = 0
     redis.set(head_key, json.dumps(head), keepttl=True)
@@ -338,7 +338,7 @@ def test_a_stale_home_page_is_served_while_one_render_runs_behind_it(
     assert renders == 1  # one render for every visitor who found it stale
     assert after == "hit"  # rendered afresh and stored, fresh again
     redis = cache_redis()
-    assert json.loads(redis.get(head_key))["f"] > time.time() * 1000
+    assert json.loads(cast(bytes, redis.get(head_key)))["f"] > time.time() * 1000
     assert redis.get(head_key + b":refresh") is None  # the lease is freed
 
 

@@ -67,9 +67,9 @@ def test_batches_sent_from_sync_code_share_one_loop_and_connection(monkeypatch):
     from realtime import fanout
 
     pools = []
-    create_pool = fanout.create_pool
+    create_pool = fanout.create_pool  # type: ignore[attr-defined]
 
-    def counted_pool(host):  # type: ignore[no-untyped-def]
+    def counted_pool(host):
         pools.append(host)
         return create_pool(host)
 
@@ -83,7 +83,7 @@ def test_batches_sent_from_sync_code_share_one_loop_and_connection(monkeypatch):
         for version in (1, 2, 3):
             event = {"type": "stock.update", "branch": 1, "version": version}
             broadcasts_send(layer, [(GROUP, event)])
-        heard = []
+        heard: list[bytes] = []
         while len(heard) < 3:
             message = listener.get_message(timeout=10)
             assert message is not None, heard

@@ -63,7 +63,7 @@ class Command(BaseCommand):
         drive passes through days of slots without waiting for them.
         """
         now = timezone.now() if now is None else now
-        started = []
+        started: list[str] = []
         try:
             due = tasks_due(periodic_tasks(), now)
         except DatabaseError:
