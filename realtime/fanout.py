@@ -177,10 +177,19 @@ def fanout_publish_sync(layer: Any, messages: Sequence[tuple[str, str]]) -> list
     def connection(index: int) -> aioredis.Redis:
         return publisher.client(layer.hosts[index])
 
-    done = asyncio.run_coroutine_threadsafe(
-        fanout_publish(layer, messages, connection=connection), publisher.loop
-    )
-    return done.result(PUBLISH_WAIT_S)
+    def publish() -> list[str]:
+        done = asyncio.run_coroutine_threadsafe(
+            fanout_publish(layer, messages, connection=connection), publisher.loop
+        )
+        return done.result(PUBLISH_WAIT_S)
+
+    try:
+        return publish()
+    except redis.ConnectionError:
+        # A kept connection that Redis dropped (a restart) fails on its first use,
+        # and its pool lets it go: one more try dials a new one. A frame that went
+        # out before the failure goes out twice; a page ignores a version it has.
+        return publish()
 
 
 class _Session:

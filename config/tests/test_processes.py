@@ -34,6 +34,9 @@ if pid == 0:
     os.setpgrp()
     time.sleep(120)
     os._exit(0)
+# Both sides set the group, as shells do: it holds before the pid is printed,
+# whichever of the two runs first.
+os.setpgid(pid, pid)
 print(pid, flush=True)
 time.sleep(120)
 """

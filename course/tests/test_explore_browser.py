@@ -4,10 +4,13 @@ on a phone, under axe; and without JavaScript the run form still runs."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterator
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Route
 
 from config.processes import (
     ROOT,
@@ -168,16 +171,31 @@ def test_only_the_latest_answer_is_drawn(site, browser, no_records):
     redrawn(page, 0)
     before = draws(page)
     seed = str(random.randrange(1_000_000, 2_000_000_000))  # a set nobody ran
-    # Five times the simulated jobs: about a second of simulation (still within
-    # what a run may cost without an account).
     page.fill("#id_variability_jobs", "100000")
     page.select_option("#id_arrivals_select", "poisson")
+    # The seed's answer is held on its way (a slow model, whatever this host's
+    # speed) until the page has moved on to the next change.
+    held: list[Route] = []
+
+    def hold_the_seeds_answer(route: Route) -> None:
+        if "production=7" in route.request.url:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(
+        lambda url: "/model.json" in url and f"seed={seed}" in url,
+        hold_the_seeds_answer,
+    )
     with page.expect_request(lambda request: f"seed={seed}" in request.url):
         page.fill("#id_seed", seed)
     page.fill("#id_production", "7")  # while that answer is on its way
     redrawn(page, before)
     page.wait_for_timeout(300)
     assert aborted, "the stale request was not aborted"
+    for route in held:
+        with contextlib.suppress(PlaywrightError):  # the page gave up on it
+            route.continue_()
     assert draws(page) == before + 1  # the aborted answer was never drawn
     lab = lab_get(QUEUES)
     latest = lab.resolve(
