@@ -177,6 +177,13 @@ if METRICS_TOKEN and len(METRICS_TOKEN) < 32:
 # The messaging lease (visibility timeout): how long a claimed delivery stays hidden
 # from other workers before it is considered abandoned.
 MESSAGING_LEASE_SECONDS = env_int("MESSAGING_LEASE_SECONDS", 30, minimum=1)
+# Whether a drainer's transactions wait for PostgreSQL to flush them to disk. Off:
+# a server crash may undo the last fraction of a second of drain work (claims, done
+# marks, guard rows and effects together), which is then done again; the outbox
+# message itself is committed by the loan's own, synchronous transaction.
+MESSAGING_DRAIN_SYNCHRONOUS_COMMIT = env_bool(
+    "MESSAGING_DRAIN_SYNCHRONOUS_COMMIT", False
+)
 # Retention of the outbox log (messaging.services.streams.log_trim): messages older
 # than the age, or beyond the newest count, are trimmed once every subscription is done.
 MESSAGING_RETENTION_DAYS = env_int("MESSAGING_RETENTION_DAYS", 30, minimum=1)

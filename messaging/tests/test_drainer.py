@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -245,3 +246,32 @@ def test_a_relay_into_another_lane_wakes_that_lanes_drain(redis_client):
     drainer.drain("main")  # relays it: copies for lab_probe (main) and lab_slow
     assert redis_client.llen(dispatch.wake_key("slow")) == 1
     assert Delivery.objects.filter(subscription="lab_slow").count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(
+    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
+    reason="a PostgreSQL setting",
+)
+def test_a_drainers_connections_commit_without_waiting_for_the_flush() -> None:
+    from django.db import connection, connections
+    from django.db.backends.signals import connection_created
+
+    from messaging.drainer import _UNFLUSHED_UID, drain_commits_unflushed
+
+    def setting(wrapper: Any) -> str:
+        with wrapper.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            return str(cursor.fetchone()[0])
+
+    assert setting(connection) == "on"
+    fresh = connections.create_connection("default")
+    try:
+        drain_commits_unflushed()
+        # The open connection at once (the test's transaction undoes it), and
+        # every connection opened from now on.
+        assert setting(connection) == "off"
+        assert setting(fresh) == "off"
+    finally:
+        connection_created.disconnect(dispatch_uid=_UNFLUSHED_UID)
+        fresh.close()

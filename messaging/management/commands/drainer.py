@@ -15,7 +15,7 @@ import django_rq
 from django.core.management.base import BaseCommand, CommandParser
 
 from messaging import dispatch
-from messaging.drainer import Drainer
+from messaging.drainer import Drainer, drain_commits_unflushed
 
 
 class Command(BaseCommand):
@@ -44,6 +44,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stopping = False
+        drain_commits_unflushed()
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
         drainer = Drainer(
