@@ -34,6 +34,25 @@ def http_scope(
     }
 
 
+async def http_exchange(
+    application: Any, scope: dict[str, Any]
+) -> tuple[dict[str, Any], bytes]:
+    """Send one bodiless request; return the response's start message and body."""
+    from asgiref.testing import ApplicationCommunicator
+
+    communicator = ApplicationCommunicator(application, scope)
+    await communicator.send_input({"type": "http.request", "body": b""})
+    start = await communicator.receive_output(WAIT_S)
+    body = b""
+    while True:
+        message = await communicator.receive_output(WAIT_S)
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await communicator.wait(WAIT_S)  # the handler's own cleanup, not cut short
+    return start, body
+
+
 class Socket(WebsocketCommunicator):  # type: ignore[misc]  # channels has no types
     """Channels' test WebSocket with this suite's deadline instead of its 1 s.
 

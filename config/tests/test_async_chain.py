@@ -6,7 +6,6 @@ import warnings
 
 import pytest
 from asgiref.sync import async_to_sync
-from asgiref.testing import ApplicationCommunicator
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 
@@ -16,7 +15,7 @@ from django.core.handlers.asgi import ASGIHandler
 from config.asgi import application
 from config.static import StaticFilesMiddleware
 from library.cache.pages import PageCacheMiddleware
-from tests.asgi import http_scope
+from tests.asgi import http_exchange, http_scope
 
 
 def test_the_asgi_chain_is_async_from_end_to_end() -> None:
@@ -51,16 +50,7 @@ def test_a_static_file_is_served_by_the_async_chain(method, headers, status, par
     scope = http_scope("/static/css/site.css", method=method, headers=headers)
 
     async def fetch() -> tuple[int, bytes]:
-        communicator = ApplicationCommunicator(application, scope)
-        await communicator.send_input({"type": "http.request", "body": b""})
-        start = await communicator.receive_output(10)
-        body = b""
-        while True:
-            message = await communicator.receive_output(10)
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        await communicator.wait(10)  # the handler's own cleanup, not cut short
+        start, body = await http_exchange(application, scope)
         return start["status"], body
 
     with warnings.catch_warnings():

@@ -19,6 +19,7 @@ from library.cache.store import refreshes_wait
 from library.models import Book, Branch, Member
 from library.services import loan_issue, stock_correct
 from messaging.services import messaging_drain
+from tests.asgi import http_exchange, http_scope
 
 pytestmark = pytest.mark.django_db
 
@@ -184,36 +185,14 @@ async def asgi_exchange(
     app: Any, path: str, *, host: str = "testserver", cookie: str = "", etag: str = ""
 ) -> tuple[int, dict[str, str], bytes]:
     """Send one GET through an ASGI application, as daphne would."""
-    from asgiref.testing import ApplicationCommunicator
-
     path_only, _, query = path.partition("?")
-    headers = [(b"host", host.encode())]
+    headers = []
     if cookie:
         headers.append((b"cookie", cookie.encode()))
     if etag:
         headers.append((b"if-none-match", etag.encode()))
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path_only,
-        "raw_path": path_only.encode(),
-        "query_string": query.encode(),
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-    communicator = ApplicationCommunicator(app, scope)
-    await communicator.send_input({"type": "http.request", "body": b""})
-    start = await communicator.receive_output(10)
-    body = b""
-    while True:
-        message = await communicator.receive_output(10)
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    scope = http_scope(path_only, query, host=host, headers=headers)
+    start, body = await http_exchange(app, scope)
     names = {k.decode().lower(): v.decode() for k, v in start["headers"]}
     return start["status"], names, body
 
