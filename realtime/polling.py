@@ -41,10 +41,11 @@ from typing import Any, Final, TypeVar
 import redis
 import redis.asyncio
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import connection
 from django.db.models import Max
 from django.utils import timezone
 
+from config.connections import read_on_kept_connection
 from jobs.models import JobStatus
 from jobs.selectors import jobstatus_payload
 from messaging.dispatch import LOG_CHANNEL
@@ -96,17 +97,14 @@ async def db_call(function: Callable[..., T], *args: Any) -> T:
     """Run a database read on this module's pool, on its thread's connection.
 
     Not ``sync_to_async(thread_sensitive=True)``: inside a request that would start
-    a thread per request, and with it a connection per open stream. A call that
-    fails on the database closes the connection (it may be broken: the server
-    restarted, the network dropped it), so the next call opens a new one.
+    a thread per request, and with it a connection per open stream. A connection
+    the server dropped (a restart) is dialled again and the read tried once more
+    (``config.connections.read_on_kept_connection``).
     """
 
     def on_kept_connection() -> T:
         try:
-            return function(*args)
-        except DatabaseError:
-            connection.close()
-            raise
+            return read_on_kept_connection(lambda: function(*args))
         finally:
             if connection.in_atomic_block:  # a read left a transaction open
                 connection.close()

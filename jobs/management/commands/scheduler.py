@@ -19,9 +19,10 @@ from typing import Any
 
 import django_rq
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import DatabaseError, connection
+from django.db import Error
 from django.utils import timezone
 
+from config.connections import read_on_kept_connection
 from jobs.scheduler import periodic_tasks, schedule_claim, scheduled_run, tasks_due
 
 log = logging.getLogger("jobs.scheduler")
@@ -65,12 +66,13 @@ class Command(BaseCommand):
         now = timezone.now() if now is None else now
         started: list[str] = []
         try:
-            due = tasks_due(periodic_tasks(), now)
-        except DatabaseError:
-            # The kept connection may be dead (the server restarted): the next
-            # pass opens a new one.
-            log.warning("could not read the tasks' slots", exc_info=True)
-            connection.close()
+            # On the connection kept between passes (dialled again if the server
+            # dropped it meanwhile).
+            due = read_on_kept_connection(lambda: tasks_due(periodic_tasks(), now))
+        except Error as error:
+            log.warning(
+                "could not read the tasks' slots (%s); next pass in a while", error
+            )
             return started
         for task in due:
             try:
