@@ -74,7 +74,9 @@ class Params:
     lesson: str
     flood: int
     press_window_s: float = 10.0
-    idle_s: float = 20.0
+    # Long enough for a p99 as steady as the class phase's: that one takes some 800
+    # samples, and 20 s (about 240) made the idle p99 the third-slowest answer.
+    idle_s: float = 60.0
     loans: int = 50
     loan_every_s: float = 0.5
     probe_every_s: float = 0.1
@@ -88,7 +90,7 @@ class Params:
             identical=learners // 2,
             lesson=options.class_lesson or "delivery-semantics",
             flood=options.class_flood or (40 if options.quick else 200),
-            idle_s=8.0 if options.quick else 20.0,
+            idle_s=8.0 if options.quick else 60.0,
             loans=20 if options.quick else 50,
         )
 

@@ -5,7 +5,7 @@ the labs' live parts, the tests and the benchmarks.
 
 - **Environment**: ``child_environment`` points a child at the database and Redis
   database this process uses, whatever the environment said.
-- **Starting**: ``start`` runs a command in a session (and process group) of its own;
+- **Starting**: ``start`` runs a command in a process group of its own;
   ``manage_command`` and ``daphne_command`` are the only builders of those command
   lines; ``free_port`` finds a port for a server.
 - **Waiting**: ``wait_until`` (and ``await_until`` inside an event loop) polls one
@@ -38,6 +38,12 @@ from urllib.parse import quote, urlparse
 from django.conf import settings
 from django.db import connection
 
+from config.cpu_priority import (
+    AUTOGROUP_LOWEST_NICE,
+    child_group_options,
+    lower_own_autogroup,
+)
+
 ROOT: Final = Path(__file__).resolve().parent.parent
 # Generous on purpose: a wait ends as soon as its condition holds, so the deadline
 # costs nothing on a quick machine and only a hung process ever reaches it.
@@ -68,9 +74,16 @@ def run_below_the_library() -> None:
     For the lab and drill processes: niced by ``LAB_NICE`` and, where Linux allows,
     in the SCHED_IDLE class (``LAB_SCHED_IDLE``). Call it before starting threads:
     the class is set on the calling thread, and threads and children inherit it.
+
+    A process that leads its own session (as ``make run``'s honcho, systemd and the
+    tests start every server) also lowers its session's autogroup, which ``start``
+    then keeps its children in: without that, a lab's processes, each in a session
+    of its own, would each weigh as much as the web server however niced.
     """
     os.nice(settings.LAB_NICE)
-    if not settings.LAB_SCHED_IDLE or not hasattr(os, "SCHED_IDLE"):
+    idle = settings.LAB_SCHED_IDLE and hasattr(os, "SCHED_IDLE")
+    lower_own_autogroup(AUTOGROUP_LOWEST_NICE if idle else settings.LAB_NICE)
+    if not idle:
         return
     with contextlib.suppress(OSError):  # refused (a container's seccomp): niced only
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
@@ -144,18 +157,19 @@ def start(
     stdout: IO[bytes] | int = subprocess.DEVNULL,
     stderr: IO[bytes] | int = subprocess.DEVNULL,
 ) -> subprocess.Popen[bytes]:
-    """Start ``argv`` from the project's root in a session of its own.
+    """Start ``argv`` from the project's root in a process group of its own.
 
-    Its own session makes it the leader of its own process group, so a signal to the
-    group reaches it and what it forks (but see ``stop`` for rq's work-horses).
+    A signal to the group reaches it and what it forks (but see ``stop`` for rq's
+    work-horses). The group is in a session of its own, except below the library,
+    where it stays in this process's session (see ``run_below_the_library``).
     ``env`` defaults to ``child_environment()``; the output is dropped unless told.
     """
     return subprocess.Popen(
         list(argv),
         cwd=ROOT,
         env=env if env is not None else child_environment(),
-        start_new_session=True,
         stdout=stdout,
+        **child_group_options(),
         stderr=stderr,
     )
 
@@ -163,7 +177,7 @@ def start(
 def start_manage(
     *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start ``manage.py ARGS`` in a session of its own (see ``start``)."""
+    """Start ``manage.py ARGS`` in a process group of its own (see ``start``)."""
     return start(manage_command(*args), env=env)
 
 

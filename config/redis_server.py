@@ -27,6 +27,8 @@ from urllib.parse import urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
+from config.cpu_priority import child_group_options
+
 LOCAL_ADDRESS = ("127.0.0.1", 6379)
 MODES = ("auto", "embedded", "local")
 # Unix socket paths are limited to 107 bytes on Linux; deep checkouts fall back to /tmp.
@@ -185,7 +187,7 @@ def start_private(
             "no",
         ],
         env=dict(env),
-        start_new_session=True,
+        **child_group_options(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

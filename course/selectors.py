@@ -15,7 +15,6 @@ from course.challenges.selectors import (
     challenges_solved_by_slug,
     session_solved,
 )
-from course.labs.registry import lab_get
 from course.models import LabAllowance, LabRun, LabWorkerState, LessonProgress
 from course.policies import Spent, Usage, Waiting, fair_owner
 from course.visitors import progress_entry
@@ -130,6 +129,10 @@ class RunRow:
 
 def lab_runs_recent(*, slug: str, visitor: str, limit: int = 10) -> list[RunRow]:
     """Return the visitor's latest runs of ``slug``, newest first."""
+    # Imported here: this module is imported while the apps load (for its job kind),
+    # in every process, and the registry imports every lab, which few processes use.
+    from course.labs.registry import lab_get
+
     defaults = lab_get(slug).defaults()
     runs = list(
         LabRun.objects.filter(visitor=visitor, slug=slug)

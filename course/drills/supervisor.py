@@ -49,6 +49,7 @@ from django.db import close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
+from config.cpu_priority import child_group_options
 from config.processes import ROOT, manage_command, run_below_the_library
 from course.drills.catalogue import Drill, drill_get
 from course.drills.state import (
@@ -118,7 +119,7 @@ class _Agent:
             stdout=subprocess.PIPE,
             stderr=log_to,
             text=True,
-            start_new_session=True,
+            **child_group_options(),
         )
         self.answers: queue.Queue[dict[str, Any]] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -266,7 +267,7 @@ class Supervisor:
                 manage_command(*command),
                 cwd=ROOT,
                 env=environment,
-                start_new_session=True,
+                **child_group_options(),
                 stdout=log_to,
                 stderr=log_to,
             )
@@ -278,7 +279,7 @@ class Supervisor:
             ],
             cwd=ROOT,
             env=environment,
-            start_new_session=True,
+            **child_group_options(),
             stdout=log_to,
             stderr=log_to,
         )

@@ -27,6 +27,7 @@ import django_rq
 from redis import Redis
 from rq.suspension import is_suspended, suspend
 
+from config.cpu_priority import child_group_options
 from config.processes import ROOT, manage_command
 from course.drills import workload
 from course.drills.incidents.common import Findings, Verdict, settle
@@ -45,7 +46,7 @@ def seed() -> dict[str, str]:
     subprocess.Popen(
         manage_command("drill", "produce"),
         cwd=ROOT,
-        start_new_session=True,
+        **child_group_options(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

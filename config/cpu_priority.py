@@ -1,0 +1,52 @@
+"""Where a process's CPU weight comes from on Linux, and how the labs lower theirs.
+
+Where the kernel groups tasks by session ("autogroup", the default on desktops and
+many servers), the CPU is shared between the groups first and only then between the
+tasks inside a group: a task's nice value and scheduling class weigh only against
+its own session. Each session's group starts with the weight of nice 0, so a lab's
+processes, each in a session of its own, would each weigh as much as the web server
+however niced they were. ``config.processes.run_below_the_library`` lowers the lab
+process's own group, and ``child_group_options`` keeps its children inside it.
+
+No Django here: the embedded Redis server is started while the settings load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Final
+
+AUTOGROUP: Final = Path("/proc/self/autogroup")
+# A group's lowest weight: nice 19 (15, against 1024 for a group at nice 0).
+AUTOGROUP_LOWEST_NICE: Final = 19
+
+
+def lower_own_autogroup(nice: int) -> None:
+    """Set this session's autogroup to ``nice`` if this process leads the session."""
+    # Only a session leader's group is its own: another process's session (the
+    # shell of a terminal) may hold the library's servers too.
+    if os.getsid(0) != os.getpid():
+        return
+    with contextlib.suppress(OSError):  # no autogroups (cgroups share the CPU)
+        AUTOGROUP.write_text(str(nice))
+
+
+def autogroup_nice() -> int | None:
+    """This process's session group's nice value; None where there are no autogroups."""
+    try:
+        return int(AUTOGROUP.read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def child_group_options() -> dict[str, Any]:
+    """Popen options giving a child a process group of its own.
+
+    Below the library (its session group lowered), the child stays in this session,
+    and so in the lowered group. Elsewhere it gets a session of its own.
+    """
+    if (autogroup_nice() or 0) > 0:
+        return {"process_group": 0}
+    return {"start_new_session": True}
