@@ -129,8 +129,9 @@ class RunRow:
 
 def lab_runs_recent(*, slug: str, visitor: str, limit: int = 10) -> list[RunRow]:
     """Return the visitor's latest runs of ``slug``, newest first."""
-    # Imported here: this module is imported while the apps load (for its job kind),
-    # in every process, and the registry imports every lab, which few processes use.
+    # This module is imported while the apps load (for its job kind), in every
+    # process, and the registry imports every lab, which few processes use; so,
+    # local import: the registry only when a lesson's runs are listed.
     from course.labs.registry import lab_get
 
     defaults = lab_get(slug).defaults()
