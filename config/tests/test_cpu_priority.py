@@ -32,17 +32,21 @@ print(json.dumps({"own": own, "nice": autogroup_nice(), "child": theirs}))
 """
 
 
-def run_in_own_session(mode: str) -> dict[str, object]:
+def python_output(code: str, *args: str, own_session: bool) -> str:
     answer = subprocess.run(
-        [sys.executable, "-c", SCRIPT, mode],
+        [sys.executable, "-c", code, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        start_new_session=True,
+        start_new_session=own_session,
         check=True,
         timeout=60,
     )
-    return dict(json.loads(answer.stdout))
+    return answer.stdout.strip()
+
+
+def run_in_own_session(mode: str) -> dict[str, object]:
+    return dict(json.loads(python_output(SCRIPT, mode, own_session=True)))
 
 
 def test_a_lowered_group_keeps_its_children():
@@ -59,19 +63,9 @@ def test_an_ordinary_process_gives_its_children_groups_of_their_own():
 
 def test_a_process_that_does_not_lead_its_session_leaves_the_group_alone():
     # Started in this test's session: lowering would lower the test runner too.
-    answer = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from config.cpu_priority import autogroup_nice, lower_own_autogroup;"
-            "lower_own_autogroup(19); print(autogroup_nice())",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
+    printed = python_output(
+        "from config.cpu_priority import autogroup_nice, lower_own_autogroup;"
+        "lower_own_autogroup(19); print(autogroup_nice())",
+        own_session=False,
     )
-    assert answer.stdout.strip() == str(
-        int(Path("/proc/self/autogroup").read_text().split()[-1])
-    )
+    assert printed == Path("/proc/self/autogroup").read_text().split()[-1]
