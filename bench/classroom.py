@@ -45,6 +45,7 @@ from bench.common import (
     format_table,
     markdown_page,
     percentile,
+    run_queue_wait,
     wait_until,
 )
 from config.processes import ROOT, daphne_command, free_port, manage_command
@@ -237,6 +238,11 @@ class Probe:
             cwd=ROOT,
         )
 
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
     def stop(self) -> list[float]:
         assert self._process is not None
         output, _ = self._process.communicate(input="", timeout=60)
@@ -251,6 +257,33 @@ class Probe:
             if state not in ("hit", "stale"):
                 self.rendered_ms.append(float(took))
         return self.latencies_ms
+
+
+@dataclass
+class WaitMeter:
+    """The mean time each process's main thread waited for a CPU each time it
+    became runnable, in µs, between construction and ``stop`` (``run_queue_wait``).
+
+    Tells the scheduler's share of a slower answer (a server waiting for a core)
+    from the rest (the work itself, caches, the network stack).
+    """
+
+    pids: list[int]
+    _before: list[tuple[float, int] | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._before = [run_queue_wait(pid) for pid in self.pids]
+
+    def stop(self) -> list[float | None]:
+        means: list[float | None] = []
+        for pid, before in zip(self.pids, self._before, strict=True):
+            after = run_queue_wait(pid)
+            if before is None or after is None or after[1] == before[1]:
+                means.append(None)
+                continue
+            waited_s, turns = after[0] - before[0], after[1] - before[1]
+            means.append(round(waited_s / turns * 1e6, 1))
+        return means
 
 
 def issue_loans_steadily(count: int, every_s: float) -> threading.Thread:
@@ -496,12 +529,15 @@ def phase(
     probe = Probe(base, "/", params.probe_every_s)
     since = last_message_id()
     meter = CpuMeter({name: [p.pid] for name, p in children.processes.items()})
+    web = children.processes["class-web"].pid
     meter.start()
     probe.start()
+    waits = WaitMeter([web, probe.pid])
     loans = issue_loans_steadily(params.loans, params.loan_every_s)
     began = time.monotonic()
     outcome = work()
     loans.join()
+    web_wait, probe_wait = waits.stop()
     home = probe.stop()
     cpu = meter.stop()
     loans_done(since, params.loans, children)
@@ -513,6 +549,7 @@ def phase(
         "home_rendered_ms": _summary(probe.rendered_ms),
         "notification_ms": _summary(notified),
         "notifications_missing": missing,
+        "run_queue_wait_us": {"web": web_wait, "probe": probe_wait},
         "cpu_s": cpu,
         "outcome": outcome,
     }
@@ -599,6 +636,14 @@ def _rendered(part: dict[str, Any]) -> str:
     return "-" if rendered is None else f"{rendered['n']} / {rendered['p50']}"
 
 
+def _waits(part: dict[str, Any]) -> str:
+    # Results written before the wait was measured have no such entry.
+    waits = part.get("run_queue_wait_us")
+    if waits is None:
+        return "-"
+    return " / ".join("-" if v is None else f"{v:g}" for v in waits.values())
+
+
 def text_report(result: dict[str, Any]) -> str:
     summary = result["summary"]
     rows = []
@@ -614,6 +659,7 @@ def text_report(result: dict[str, Any]) -> str:
                 part["notification_ms"]["p50"],
                 part["notification_ms"]["p99"],
                 part["notifications_missing"],
+                _waits(part),
             ]
         )
     lines = [
@@ -627,6 +673,7 @@ def text_report(result: dict[str, Any]) -> str:
                 "notify p50 ms",
                 "notify p99 ms",
                 "missing",
+                "CPU wait µs web / probe",
             ],
             rows,
         ),
@@ -657,7 +704,9 @@ def markdown_report(document: dict[str, Any]) -> str:
         note=(
             "Home page and notification times are measured beside each phase, from"
             " this process over real HTTP (the page) and from the database's own"
-            " timestamps (outbox message → notification row). CPU seconds during"
-            f" the class, per process: {parts}."
+            " timestamps (outbox message → notification row). CPU wait: the mean"
+            " time the web server's and the probe's main thread waited for a core"
+            " each time they became runnable (/proc/PID/schedstat). CPU seconds"
+            f" during the class, per process: {parts}."
         ),
     )

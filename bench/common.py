@@ -532,6 +532,20 @@ def machine_busy_s() -> float:
     return (user + nice + system + irq + softirq + steal) / _TICKS_PER_S
 
 
+def run_queue_wait(pid: int) -> tuple[float, int] | None:
+    """Seconds ``pid``'s main thread has spent runnable but waiting for a CPU, and
+    how many times it has been given one (``/proc/PID/schedstat``); None if gone.
+
+    For a server whose event loop runs on its main thread (daphne), the wait per
+    turn on a CPU is the scheduling delay each of its wake-ups paid.
+    """
+    try:
+        fields = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except OSError:
+        return None
+    return int(fields[1]) / 1e9, int(fields[2])
+
+
 @dataclass
 class CpuMeter:
     """Where the machine's CPU went between ``start`` and ``stop``.
