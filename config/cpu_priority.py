@@ -13,7 +13,6 @@ No Django here: the embedded Redis server is started while the settings load.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any, Final
@@ -23,14 +22,22 @@ AUTOGROUP: Final = Path("/proc/self/autogroup")
 AUTOGROUP_LOWEST_NICE: Final = 19
 
 
-def lower_own_autogroup(nice: int) -> None:
-    """Set this session's autogroup to ``nice`` if this process leads the session."""
+def lower_own_autogroup(nice: int) -> bool:
+    """Set this session's autogroup to ``nice`` if this process leads the session.
+
+    Return False where there are autogroups but this one was left alone.
+    """
+    if not AUTOGROUP.exists():
+        return True  # no autogroups here: nice and class already weigh machine-wide
     # Only a session leader's group is its own: another process's session (the
     # shell of a terminal) may hold the library's servers too.
     if os.getsid(0) != os.getpid():
-        return
-    with contextlib.suppress(OSError):  # no autogroups (cgroups share the CPU)
+        return False
+    try:
         AUTOGROUP.write_text(str(nice))
+    except OSError:  # refused (a container's read-only /proc)
+        return False
+    return True
 
 
 def autogroup_nice() -> int | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -55,6 +56,7 @@ STOP_GRACE_S: Final = 10.0
 ASGI_APPLICATION: Final = "config.asgi:application"
 
 T = TypeVar("T")
+log = logging.getLogger("config.processes")
 
 
 class WaitTimeout(TimeoutError):
@@ -82,7 +84,12 @@ def run_below_the_library() -> None:
     """
     os.nice(settings.LAB_NICE)
     idle = settings.LAB_SCHED_IDLE and hasattr(os, "SCHED_IDLE")
-    lower_own_autogroup(AUTOGROUP_LOWEST_NICE if idle else settings.LAB_NICE)
+    if not lower_own_autogroup(AUTOGROUP_LOWEST_NICE if idle else settings.LAB_NICE):
+        log.warning(
+            "this lab process does not lead its session, so its session's CPU group "
+            "stays as heavy as the web server's: start it as a session leader "
+            "(exec it from a shell; see the Procfile)"
+        )
     if not idle:
         return
     with contextlib.suppress(OSError):  # refused (a container's seccomp): niced only

@@ -120,12 +120,29 @@ def started(run: Run, port: int) -> None:
     wait_until(lambda: run.said(r"scheduler\.1 started"), "the scheduler")
 
 
+def assert_lab_worker_group_lowered(run: Run) -> None:
+    """The lab worker leads its session (the Procfile execs it) and has lowered the
+    session's CPU group; the web server's group is untouched."""
+    if not Path("/proc/self/autogroup").exists():
+        return
+    found = (re.search(r"(\w+)\.1 .*started \(pid=(\d+)\)", line) for line in run.lines)
+    pids = {match[1]: int(match[2]) for match in found if match}
+
+    def group_nice(pid: int) -> str:
+        return Path(f"/proc/{pid}/autogroup").read_text().split()[-1]
+
+    assert os.getsid(pids["labs"]) == pids["labs"]
+    wait_until(lambda: group_nice(pids["labs"]) == "19", "the lab worker's group")
+    assert group_nice(pids["web"]) == "0"
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_an_operators_stop_ends_make_run_with_0(make_run, stop):
     run, port = make_run
     started(run, port)
     children = run.pids()
     assert len(children) == 5  # web, worker, drainer, lab worker, scheduler
+    assert_lab_worker_group_lowered(run)
 
     if stop == signal.SIGINT:
         # Ctrl-C: the terminal signals the launcher's whole group.
