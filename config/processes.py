@@ -77,10 +77,11 @@ def run_below_the_library() -> None:
     in the SCHED_IDLE class (``LAB_SCHED_IDLE``). Call it before starting threads:
     the class is set on the calling thread, and threads and children inherit it.
 
-    A process that leads its own session (as ``make run``'s honcho, systemd and the
-    tests start every server) also lowers its session's autogroup, which ``start``
-    then keeps its children in: without that, a lab's processes, each in a session
-    of its own, would each weigh as much as the web server however niced.
+    A process that leads its own session (the Procfiles exec the lab worker for
+    this; systemd, the tests and the benchmarks start it so) also lowers its
+    session's autogroup, which ``start`` then keeps its children in: without that,
+    a lab's processes, each in a session of its own, would each weigh as much as
+    the web server however niced.
     """
     os.nice(settings.LAB_NICE)
     idle = settings.LAB_SCHED_IDLE and hasattr(os, "SCHED_IDLE")
