@@ -15,8 +15,8 @@ pytestmark = pytest.mark.skipif(
     not Path("/proc/self/autogroup").exists(), reason="no autogroups on this kernel"
 )
 
-# Runs in a session of its own, like a lab worker under honcho or systemd; lowers
-# its group (or not), starts a child as the labs do, reports both processes' groups.
+# Runs in a session of its own, as the Procfile (exec) and systemd run a lab worker;
+# lowers its group (or not), starts a child as the labs do, reports both groups.
 SCRIPT = """
 import json, subprocess, sys
 from config.cpu_priority import autogroup_nice, child_group_options, lower_own_autogroup
