@@ -130,9 +130,10 @@ _LESSONS: list[tuple[str, str, Area, str]] = [
         "delivery-semantics",
         "Delivery Semantics",
         _M,
-        "At-most-once, at-least-once and deduplicated processing follow from the "
-        "order of effect and acknowledgement. The same crashing workload is counted "
-        "for losses and repeats, including effects that live outside the database.",
+        "Whether a message is lost, repeated, or repeated harmlessly (deduplicated) "
+        "follows from the order of effect and acknowledgement. The same crashing "
+        "workload is counted for losses and repeats, including effects that live "
+        "outside the database.",
     ),
     (
         "ordering-and-partitioning",

@@ -1,5 +1,6 @@
 """The live strategies of the cache-strategies lab: the workload through the real
-store's cache-aside, write-through and write-behind on the real Redis and book rows.
+store's three write paths (cache-aside, write-through, write-behind) on the real
+Redis and book rows.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The model part of the delivery-semantics lab: at-most-once, at-least-once and
-deduplication on a SQLite outbox, and the order of an external effect.
+"""The model part of the delivery-semantics lab: the three modes (see ``MODES``)
+on a SQLite outbox, and the order of an external effect.
 """
 
 from __future__ import annotations

@@ -65,8 +65,8 @@ def loan_issued(loan: int) -> Record:
 class Log:
     """An append-only file of records addressed by offset.
 
-    ``earliest`` is the offset of the oldest record still in the file; it only grows,
-    and only ``trim`` moves it.
+    ``earliest`` is where the file now begins (older records were trimmed); it only
+    grows, and only ``trim`` moves it.
     """
 
     def __init__(self, path: Path) -> None:
