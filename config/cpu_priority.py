@@ -40,10 +40,15 @@ def lower_own_autogroup(nice: int) -> bool:
     return True
 
 
-def autogroup_nice() -> int | None:
-    """This process's session group's nice value; None where there are no autogroups."""
+def autogroup_nice(pid: int | None = None) -> int | None:
+    """The nice value of the session group of this process (or of ``pid``).
+
+    None where there are no autogroups, and where the file is empty: a task in the
+    kernel's first session, or in a CPU cgroup of its own, is in no session group.
+    """
+    path = AUTOGROUP if pid is None else Path(f"/proc/{pid}/autogroup")
     try:
-        return int(AUTOGROUP.read_text().split()[-1])
+        return int(path.read_text().split()[-1])
     except (OSError, ValueError, IndexError):
         return None
 

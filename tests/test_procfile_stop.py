@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from config.cpu_priority import autogroup_nice
 from config.processes import (
     ROOT,
     child_environment,
@@ -128,14 +129,11 @@ def assert_lab_worker_group_lowered(run: Run) -> None:
     found = (re.search(r"(\w+)\.1 .*started \(pid=(\d+)\)", line) for line in run.lines)
     pids = {match[1]: int(match[2]) for match in found if match}
 
-    def group_nice(pid: int) -> str:
-        return Path(f"/proc/{pid}/autogroup").read_text().split()[-1]
-
-    if not Path(f"/proc/{pids['labs']}/autogroup").read_text().strip():
+    if autogroup_nice(pids["labs"]) is None:
         return  # inside a CPU cgroup of its own: the kernel does not group by session
     assert os.getsid(pids["labs"]) == pids["labs"]
-    wait_until(lambda: group_nice(pids["labs"]) == "19", "the lab worker's group")
-    assert group_nice(pids["web"]) == "0"
+    wait_until(lambda: autogroup_nice(pids["labs"]) == 19, "the lab worker's group")
+    assert autogroup_nice(pids["web"]) == 0
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
